@@ -1,0 +1,344 @@
+"""The job's TOML configuration: parsing, defaults and validation.
+
+Every key is known; an unknown key or a bad value is refused with the key's dotted path and
+what is allowed, because a typo in a day-long job's config must fail at start, not at 3 a.m.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, Mapping
+
+
+class ConfigError(ValueError):
+    """A config value that cannot be used; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Partition:
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, text: str, key: str = "job.partition") -> Partition:
+        try:
+            left, right = text.split("/")
+            index, count = int(left), int(right)
+        except ValueError:
+            raise ConfigError(f"{key}: expected I/N (e.g. 0/8), got {text!r}") from None
+        if count < 1 or not 0 <= index < count:
+            raise ConfigError(f"{key}: need 0 <= I < N, got {text!r}")
+        return cls(index, count)
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+
+@dataclass(frozen=True)
+class JobSection:
+    prompts: str = "prompts.jsonl"
+    state: str = "job.db"
+    # A local directory, or s3://bucket/prefix/
+    output: str = "output"
+    shard_size: int = 500
+    model: str = "default"
+    partition: Partition | None = None
+
+
+@dataclass(frozen=True)
+class GenerationSection:
+    max_tokens: int = 4096
+    temperature: float = 0.6
+    top_p: float = 0.95
+    enable_thinking: bool = True
+
+
+@dataclass(frozen=True)
+class ServersSection:
+    # Either an explicit GPU list or a count (count=N means GPUs 0..N-1).
+    gpus: tuple[int, ...] = ()
+    count: int = 0
+    tp_size: int = 1
+    host: str = "127.0.0.1"
+    base_port: int = 30000
+    # The launch command before the flags; real SGLang by default.
+    command: tuple[str, ...] = ("python", "-m", "sglang.launch_server")
+    model_path: str = ""
+    # Pass-through SGLang flags, in order: {"mem-fraction-static": 0.88, "enable-metrics": true}
+    flags: Mapping[str, Any] = field(default_factory=dict)
+    log_dir: str = "logs"
+    startup_timeout_s: float = 1200.0
+    health_interval_s: float = 5.0
+    health_timeout_s: float = 10.0
+    health_failures: int = 3
+    # Requests in flight but none completing for this long means the server is hung.
+    hang_timeout_s: float = 600.0
+    stop_grace_s: float = 30.0
+    drain_timeout_s: float = 300.0
+    backoff_initial_s: float = 5.0
+    backoff_max_s: float = 300.0
+    # More than max_failures failures within failure_window_s → FAILED until an operator acts.
+    max_failures: int = 5
+    failure_window_s: float = 1800.0
+
+    @property
+    def gpu_list(self) -> tuple[int, ...]:
+        return self.gpus if self.gpus else tuple(range(self.count))
+
+    def max_running_requests(self) -> int | None:
+        value = self.flags.get("max-running-requests")
+        return int(value) if value is not None else None
+
+
+@dataclass(frozen=True)
+class DispatchSection:
+    # 0 → follow the server's --max-running-requests flag (default 32 when absent).
+    max_in_flight_per_server: int = 0
+    request_timeout_s: float = 3600.0
+    max_attempts: int = 3
+    claim_batch: int = 64
+
+
+@dataclass(frozen=True)
+class QualitySection:
+    window: int = 200
+    min_samples: int = 50
+    max_bad_rate: float = 0.5
+    # Truncation alone is reported but does not pause the job unless this is set below 1.
+    max_truncation_rate: float = 1.0
+    metrics_window_s: float = 60.0
+
+
+@dataclass(frozen=True)
+class UploadsSection:
+    endpoint_url: str | None = None
+    region: str | None = None
+    concurrency: int = 4
+    keep_local: bool = False
+    multipart_threshold_bytes: int = 64 * 1024 * 1024
+    min_free_bytes: int = 1024 * 1024 * 1024
+    spool_dir: str = "spool"
+
+
+@dataclass(frozen=True)
+class ControlSection:
+    socket: str = "/run/dflash-supervisor/control.sock"
+
+
+@dataclass(frozen=True)
+class JobConfig:
+    job: JobSection = JobSection()
+    generation: GenerationSection = GenerationSection()
+    servers: ServersSection = ServersSection()
+    dispatch: DispatchSection = DispatchSection()
+    quality: QualitySection = QualitySection()
+    uploads: UploadsSection = UploadsSection()
+    control: ControlSection = ControlSection()
+    # Relative paths in the file are relative to the file's directory.
+    base_dir: Path = Path(".")
+
+    def path(self, value: str) -> Path:
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.base_dir / p
+
+    @property
+    def output_is_s3(self) -> bool:
+        return self.job.output.startswith("s3://")
+
+
+_SECTIONS: dict[str, type] = {
+    "job": JobSection,
+    "generation": GenerationSection,
+    "servers": ServersSection,
+    "dispatch": DispatchSection,
+    "quality": QualitySection,
+    "uploads": UploadsSection,
+    "control": ControlSection,
+}
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(key: str, value: Any, annotation: str) -> Any:
+    """Check one value against its field's annotation (annotations are strings here)."""
+    ann = annotation.replace(" ", "")
+    optional = ann.endswith("|None")
+    if optional:
+        if value is None:
+            return None
+        ann = ann[: -len("|None")]
+    if ann == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if ann == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if ann == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return float(value)
+    if ann == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    if ann == "Partition":
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected \"I/N\" as a string, got {value!r}")
+        return Partition.parse(value, key)
+    if ann == "tuple[int,...]":
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise ConfigError(f"{key}: expected a list of integers, got {value!r}")
+        return tuple(value)
+    if ann == "tuple[str,...]":
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: expected a non-empty list of strings, got {value!r}")
+        return tuple(value)
+    if ann == "Mapping[str,Any]":
+        return _check_flags(key, value)
+    raise AssertionError(f"no coercion for {annotation}")
+
+
+def _check_flags(key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a table of SGLang flags, got {value!r}")
+    out: dict[str, Any] = {}
+    for name, v in value.items():
+        if name.startswith("-"):
+            raise ConfigError(f"{key}.{name}: write flag names without the leading dashes")
+        if isinstance(v, dict) or (isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v)):
+            raise ConfigError(f"{key}.{name}: a flag value is a string, number, boolean or list")
+        out[name] = v
+    return out
+
+
+def _build_section(name: str, cls: type, raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{name}]: expected a table")
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in known:
+            allowed = ", ".join(sorted(known))
+            raise ConfigError(f"{name}.{key}: unknown key (allowed: {allowed})")
+        kwargs[key] = _coerce(f"{name}.{key}", value, str(known[key].type))
+    return cls(**kwargs)
+
+
+def _validate(cfg: JobConfig) -> None:
+    def positive(key: str, value: float) -> None:
+        if value <= 0:
+            raise ConfigError(f"{key}: must be > 0, got {value}")
+
+    positive("job.shard_size", cfg.job.shard_size)
+    positive("generation.max_tokens", cfg.generation.max_tokens)
+    if not 0 <= cfg.generation.temperature <= 2:
+        raise ConfigError(f"generation.temperature: must be within 0..2, got {cfg.generation.temperature}")
+    if not 0 < cfg.generation.top_p <= 1:
+        raise ConfigError(f"generation.top_p: must be within (0, 1], got {cfg.generation.top_p}")
+    s = cfg.servers
+    if s.gpus and s.count:
+        raise ConfigError("servers: set either gpus or count, not both")
+    if not s.gpu_list:
+        raise ConfigError("servers: set gpus = [0, 1, ...] or count = N (N >= 1)")
+    if len(set(s.gpu_list)) != len(s.gpu_list):
+        raise ConfigError(f"servers.gpus: a GPU is listed twice: {list(s.gpu_list)}")
+    positive("servers.tp_size", s.tp_size)
+    if len(s.gpu_list) % s.tp_size:
+        raise ConfigError(
+            f"servers.tp_size: {len(s.gpu_list)} GPUs do not split into groups of {s.tp_size}"
+        )
+    if not 1 <= s.base_port <= 65535 - len(s.gpu_list):
+        raise ConfigError(f"servers.base_port: must be a TCP port, got {s.base_port}")
+    if not s.model_path:
+        raise ConfigError("servers.model_path: required (the model SGLang loads)")
+    for key in ("model-path", "host", "port"):
+        if key in s.flags:
+            raise ConfigError(
+                f"servers.flags.{key}: set by the supervisor (use servers.model_path / host / base_port)"
+            )
+    for name in ("startup_timeout_s", "health_interval_s", "health_timeout_s", "hang_timeout_s",
+                 "stop_grace_s", "drain_timeout_s", "backoff_initial_s", "backoff_max_s",
+                 "failure_window_s"):
+        positive(f"servers.{name}", getattr(s, name))
+    positive("servers.health_failures", s.health_failures)
+    positive("servers.max_failures", s.max_failures)
+    mrr = s.flags.get("max-running-requests")
+    if mrr is not None and (isinstance(mrr, bool) or not isinstance(mrr, int) or mrr < 1):
+        raise ConfigError(f"servers.flags.max-running-requests: must be an integer >= 1, got {mrr!r}")
+    d = cfg.dispatch
+    if d.max_in_flight_per_server < 0:
+        raise ConfigError("dispatch.max_in_flight_per_server: must be >= 0 (0 = follow the server)")
+    positive("dispatch.request_timeout_s", d.request_timeout_s)
+    positive("dispatch.max_attempts", d.max_attempts)
+    positive("dispatch.claim_batch", d.claim_batch)
+    q = cfg.quality
+    positive("quality.window", q.window)
+    if not 0 < q.min_samples <= q.window:
+        raise ConfigError(f"quality.min_samples: must be within 1..quality.window ({q.window})")
+    for name in ("max_bad_rate", "max_truncation_rate"):
+        value = getattr(q, name)
+        if not 0 < value <= 1:
+            raise ConfigError(f"quality.{name}: must be within (0, 1], got {value}")
+    positive("quality.metrics_window_s", q.metrics_window_s)
+    u = cfg.uploads
+    positive("uploads.concurrency", u.concurrency)
+    if u.multipart_threshold_bytes < 5 * 1024 * 1024:
+        raise ConfigError("uploads.multipart_threshold_bytes: S3 parts are at least 5 MiB")
+    if u.min_free_bytes < 0:
+        raise ConfigError("uploads.min_free_bytes: must be >= 0")
+    out = cfg.job.output
+    if out.startswith("s3://"):
+        bucket = out[len("s3://"):].split("/", 1)[0]
+        if not bucket:
+            raise ConfigError(f"job.output: no bucket in {out!r} (expected s3://bucket/prefix/)")
+    elif "://" in out:
+        raise ConfigError(f"job.output: a local directory or s3://bucket/prefix/, got {out!r}")
+
+
+def parse_config(data: Mapping[str, Any], base_dir: Path = Path(".")) -> JobConfig:
+    sections: dict[str, Any] = {}
+    for name, raw in data.items():
+        cls = _SECTIONS.get(name)
+        if cls is None:
+            allowed = ", ".join(f"[{n}]" for n in _SECTIONS)
+            raise ConfigError(f"[{name}]: unknown section (allowed: {allowed})")
+        sections[name] = _build_section(name, cls, raw)
+    cfg = JobConfig(**sections, base_dir=base_dir)
+    _validate(cfg)
+    return cfg
+
+
+def load_config(path: str | Path) -> JobConfig:
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    return parse_config(data, base_dir=path.resolve().parent)
+
+
+def with_flags(cfg: JobConfig, flags: Mapping[str, Any]) -> JobConfig:
+    """A copy with server flags merged in (retune); a value of None removes a flag."""
+    merged = dict(cfg.servers.flags)
+    for key, value in _check_flags("servers.flags", dict(flags)).items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    new = replace(cfg, servers=replace(cfg.servers, flags=merged))
+    _validate(new)
+    return new
