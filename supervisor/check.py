@@ -1,0 +1,108 @@
+"""`dflash-supervisor check --config PATH`: validate a config and show what would run.
+
+Prints each server's exact command line and CUDA_VISIBLE_DEVICES. Where SGLang is
+installed it also asks the launch command for `--help` and checks every pass-through flag
+against it, because SGLang renames flags between releases and a typo would otherwise surface
+as eight servers crash-looping at start.
+
+Exit status: 0 fine, 1 flags the launch command does not accept, 2 the config is invalid.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib.util
+import re
+import shlex
+import subprocess
+import sys
+from typing import Callable, Iterable, Sequence
+
+from supervisor.config import ConfigError, JobConfig, load_config
+from supervisor.servers.launch_command import build_specs, max_running
+
+HelpProvider = Callable[[Sequence[str]], str]
+
+_OPTION = re.compile(r"(?<![\w-])--[A-Za-z0-9][A-Za-z0-9_-]*")
+
+
+def run_help(command: Sequence[str]) -> str:
+    """The launch command's --help text (SGLang imports torch: this takes a while)."""
+    out = subprocess.run([*command, "--help"], capture_output=True, text=True, timeout=300,
+                         stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        raise RuntimeError(f"{shlex.join([*command, '--help'])} exited with {out.returncode}: "
+                           f"{out.stderr.strip()[-500:]}")
+    return out.stdout
+
+
+def accepted_options(help_text: str) -> set[str]:
+    return set(_OPTION.findall(help_text))
+
+
+def unknown_flags(flags: Iterable[str], accepted: set[str]) -> list[str]:
+    """One line per flag the launch command does not accept, with a suggestion if close."""
+    problems = []
+    for name in flags:
+        option = f"--{name}"
+        if option in accepted:
+            continue
+        close = difflib.get_close_matches(option, sorted(accepted), n=1, cutoff=0.7)
+        hint = f" (did you mean {close[0]}?)" if close else ""
+        problems.append(f"servers.flags.{name}: {option} is not accepted by the launch command{hint}")
+    return problems
+
+
+def describe(cfg: JobConfig) -> list[str]:
+    lines = []
+    mr = max_running(cfg.servers, cfg.dispatch)
+    for spec in build_specs(cfg.servers):
+        log_path = cfg.path(cfg.servers.log_dir) / f"{spec.name}.log"
+        lines.append(f"{spec.name}: GPUs {spec.cuda_visible_devices}, port {spec.port}, "
+                     f"{mr} requests in flight, log {log_path}")
+        lines.append(f"  CUDA_VISIBLE_DEVICES={spec.cuda_visible_devices} {shlex.join(spec.argv)}")
+    return lines
+
+
+def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="dflash-supervisor check",
+                                     description="Validate a job config and print the server commands.")
+    parser.add_argument("--config", required=True, help="the job's TOML config")
+    parser.add_argument("--skip-flag-check", action="store_true",
+                        help="do not run the launch command's --help")
+    args = parser.parse_args(argv)
+    try:
+        cfg = load_config(args.config)
+    except ConfigError as exc:
+        print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    print(f"config OK: {args.config}")
+    for line in describe(cfg):
+        print(line)
+    if args.skip_flag_check:
+        return 0
+    command = cfg.servers.command
+    if help_provider is None:
+        if importlib.util.find_spec("sglang") is None:
+            print("SGLang is not installed here: flags not checked against its --help")
+            return 0
+        help_provider = run_help
+    try:
+        accepted = accepted_options(help_provider(command))
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"could not check flags: {exc}", file=sys.stderr)
+        return 1
+    problems = unknown_flags(cfg.servers.flags, accepted)
+    if cfg.servers.tp_size > 1 and ({"tp-size", "tp"} & set(cfg.servers.flags)):
+        problems.append("servers.flags: tp-size is set from servers.tp_size; remove it from flags")
+    for p in problems:
+        print(p, file=sys.stderr)
+    if problems:
+        return 1
+    print(f"flags OK: all {len(cfg.servers.flags)} accepted by {shlex.join(command)} --help")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

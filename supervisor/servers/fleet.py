@@ -1,0 +1,225 @@
+"""The fleet: every server of the job, started together, restarted one at a time.
+
+`Fleet.run()` first stops servers a previous daemon left behind, then runs one
+ManagedServer task per GPU (or tensor-parallel group) until cancelled; cancelling it stops
+every process group and waits for them. Operator actions (restart, retune, reset) are
+methods; a rolling restart waits for each server to be READY again before touching the next,
+so throughput never drops to zero.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import anyio
+import httpx
+
+from supervisor.config import JobConfig, with_flags
+from supervisor.servers.endpoint import Endpoint
+from supervisor.servers.launch_command import build_specs
+from supervisor.servers.managed_server import FleetContext, ManagedServer
+from supervisor.servers.orphans import stop_orphan
+from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.server_log import ServerLog
+from supervisor.servers.server_state import ServerSnapshot, ServerState
+
+log = logging.getLogger("supervisor.servers")
+
+
+@dataclass(frozen=True)
+class FleetOptions:
+    clock: Callable[[], float] = time.time
+    monotonic: Callable[[], float] = time.monotonic
+    rng: random.Random | None = None          # backoff jitter; seed it for reproducible tests
+    base_env: Mapping[str, str] | None = None  # default: the daemon's environment
+    cwd: str | None = None
+    log_max_bytes: int = 64 * 1024 * 1024
+    log_backups: int = 3
+    tail_lines: int = 2000
+    exit_poll_s: float = 0.2
+    startup_probe_s: float = 1.0
+    kill_wait_s: float = 10.0
+    cleanup_orphans: bool = True
+
+
+@dataclass(frozen=True)
+class RollingResult:
+    """How a restart/retune went: which servers came back, and where it stopped if not all."""
+
+    restarted: tuple[str, ...]
+    aborted_at: str | None = None
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.aborted_at is None
+
+
+class Fleet:
+    def __init__(self, config: JobConfig, astore: Any, dispatcher: Any,
+                 options: FleetOptions | None = None) -> None:
+        self.config = config
+        self.astore = astore
+        self.dispatcher = dispatcher
+        self.options = options or FleetOptions()
+        o = self.options
+        self.ready_event = anyio.Event()   # set the first time any server is READY
+        self._changed = anyio.Event()
+        self._rolling = anyio.Lock()
+        specs = build_specs(config.servers)
+        self._ctx = FleetContext(
+            store_call=self._store_call, dispatcher=dispatcher,
+            client=None,  # type: ignore[arg-type]  # set in run()
+            clock=o.clock, monotonic=o.monotonic, on_change=self._on_change,
+            proc_limiter=anyio.CapacityLimiter(2 * len(specs) + 2),
+            base_env=None if o.base_env is None else dict(o.base_env), cwd=o.cwd,
+            exit_poll_s=o.exit_poll_s, startup_probe_s=o.startup_probe_s,
+            kill_wait_s=o.kill_wait_s)
+        rng = o.rng or random.Random()
+        log_dir = config.path(config.servers.log_dir)
+        self.servers: dict[str, ManagedServer] = {}
+        for spec in specs:
+            server_log = ServerLog(log_dir / f"{spec.name}.log", o.log_max_bytes,
+                                   o.log_backups, o.tail_lines)
+            policy = RestartPolicy.from_config(config.servers, random.Random(rng.random()))
+            self.servers[spec.name] = ManagedServer(
+                spec.name, spec.gpus, spec.port, config.servers, config.dispatch, self._ctx,
+                server_log, policy)
+
+    # -- store ------------------------------------------------------------------------------
+
+    async def _store_call(self, method: str, *args: Any) -> Any:
+        from state.store import Store
+
+        return await self.astore.call(getattr(Store, method), *args)
+
+    # -- running ----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Until cancelled. On cancellation every server's process group is stopped."""
+        # trust_env=False: an HTTP(S)_PROXY in the environment must never route loopback probes.
+        async with httpx.AsyncClient(trust_env=False) as client:
+            self._ctx.client = client
+            try:
+                if self.options.cleanup_orphans:
+                    await self.stop_orphans()
+                async with anyio.create_task_group() as tg:
+                    for server in self.servers.values():
+                        tg.start_soon(server.run, name=f"server {server.name}")
+            finally:
+                with anyio.CancelScope(shield=True):
+                    for server in self.servers.values():
+                        await anyio.to_thread.run_sync(server.log.close)
+
+    async def stop_orphans(self) -> list[str]:
+        """Stop the process groups a previous daemon recorded and did not clean up."""
+        records = await self._store_call("server_processes")
+        stopped: list[str] = []
+        grace = self.config.servers.stop_grace_s
+
+        async def one(record: Any) -> None:
+            verdict, result = await anyio.to_thread.run_sync(
+                stop_orphan, record, grace, limiter=self._ctx.proc_limiter)
+            if verdict.pids:
+                stopped.append(record.name)
+                await self._store_call(
+                    "add_event", "orphan_stopped", record.name,
+                    {"pgid": verdict.pgid, "pids": list(verdict.pids), "why": verdict.why,
+                     "result": result, "argv": list(record.argv)},
+                    "supervisor", self.options.clock())
+            else:
+                log.info("%s: recorded process group %d: %s", record.name, record.pgid,
+                         verdict.why)
+            await self._store_call("forget_server_process", record.name)
+
+        async with anyio.create_task_group() as tg:
+            for record in records:
+                tg.start_soon(one, record)
+        return sorted(stopped)
+
+    # -- what others see --------------------------------------------------------------------
+
+    def _on_change(self) -> None:
+        if any(s.state is ServerState.READY for s in self.servers.values()):
+            self.ready_event.set()
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def wait_changed(self) -> None:
+        """Returns after the next state change of any server."""
+        await self._changed.wait()
+
+    async def wait_any_ready(self) -> None:
+        while not any(s.state is ServerState.READY for s in self.servers.values()):
+            await self._changed.wait()
+
+    def snapshot(self) -> list[ServerSnapshot]:
+        return [s.snapshot() for s in self.servers.values()]
+
+    def endpoints(self) -> list[Endpoint]:
+        """The endpoints the dispatcher is serving right now."""
+        return [s.endpoint for s in self.servers.values() if s.endpoint is not None]
+
+    def recent_log(self, name: str, lines: int = 200) -> list[str]:
+        return self._server(name).log.tail(lines)
+
+    def flags(self, name: str) -> dict[str, Any]:
+        return dict(self._server(name).servers.flags)
+
+    def _server(self, name: str) -> ManagedServer:
+        try:
+            return self.servers[name]
+        except KeyError:
+            raise KeyError(f"no server named {name!r} (have {', '.join(self.servers)})") from None
+
+    # -- operator actions -------------------------------------------------------------------
+
+    async def restart(self, name: str | None, actor: str) -> RollingResult:
+        """Drain, stop and start one server, or all of them one at a time. Returns when done."""
+        targets = [self._server(name)] if name else list(self.servers.values())
+        return await self._roll(targets, actor, "restart requested")
+
+    async def retune(self, flags: Mapping[str, Any], name: str | None, actor: str) -> RollingResult:
+        """New SGLang flags (None removes one) for one server or all, applied by a rolling
+        restart. Raises ConfigError before touching anything if the flags are invalid."""
+        targets = [self._server(name)] if name else list(self.servers.values())
+        new = {s.name: with_flags(replace(self.config, servers=s.servers), flags).servers
+               for s in targets}
+        await self._store_call("add_event", "server_retune", name or "*",
+                               {"flags": dict(flags)}, actor, self.options.clock())
+        if name is None:
+            self.config = with_flags(self.config, flags)
+
+        def apply(server: ManagedServer) -> None:
+            # Applied just before each server's restart: if the new flags do not come up,
+            # the roll stops there and the servers not reached keep their working flags.
+            server.servers = new[server.name]
+
+        return await self._roll(targets, actor, f"retune {dict(flags)}", apply)
+
+    async def reset(self, name: str, actor: str = "operator") -> bool:
+        """FAILED → STARTING with a clean failure history; False if it was not FAILED."""
+        server = self._server(name)
+        if server.state is not ServerState.FAILED:
+            return False
+        server.request("reset", actor, "operator reset")
+        return True
+
+    async def _roll(self, targets: list[ManagedServer], actor: str, reason: str,
+                    prepare: Callable[[ManagedServer], None] | None = None) -> RollingResult:
+        async with self._rolling:
+            done: list[str] = []
+            for server in targets:
+                if prepare is not None:
+                    prepare(server)
+                ok, why = await server.restart_and_wait(actor, reason)
+                if not ok:
+                    log.warning("%s: %s stopped at this server: %s", server.name, reason, why)
+                    return RollingResult(tuple(done), server.name, why)
+                done.append(server.name)
+            return RollingResult(tuple(done))

@@ -1,0 +1,108 @@
+"""The exact command, environment and port of each server, built from the config.
+
+The argv is always a list (never a shell string) and flags are passed through from config
+rather than hard-coded, because SGLang renames flags between releases.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from supervisor.config import DispatchSection, ServersSection
+
+# The dispatcher's per-server in-flight limit when neither config nor flags say.
+DEFAULT_MAX_RUNNING = 32
+
+# systemd hands these to the daemon; a child that inherits NOTIFY_SOCKET could send READY or
+# WATCHDOG on our behalf (SGLang does not, but a library might) and confuse the service state.
+_SYSTEMD_VARS = ("NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC")
+
+
+@dataclass(frozen=True)
+class ServerSpec:
+    """One server: which GPUs it owns, where it listens, and how it is launched."""
+
+    name: str
+    gpus: tuple[int, ...]
+    port: int
+    host: str
+    argv: tuple[str, ...]
+
+    @property
+    def cuda_visible_devices(self) -> str:
+        return ",".join(str(g) for g in self.gpus)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+
+def server_name(gpus: tuple[int, ...]) -> str:
+    """"gpu3" for one GPU, "gpu0-1" for a tensor-parallel group of GPUs 0 and 1."""
+    return "gpu" + "-".join(str(g) for g in gpus)
+
+
+def gpu_groups(servers: ServersSection) -> list[tuple[int, ...]]:
+    gpus = servers.gpu_list
+    n = servers.tp_size
+    return [tuple(gpus[i:i + n]) for i in range(0, len(gpus), n)]
+
+
+def flag_args(flags: Mapping[str, Any]) -> list[str]:
+    """`name = value` → --name value; true → --name; false/None → omitted; list → --name a b."""
+    out: list[str] = []
+    for name, value in flags.items():
+        if value is None or value is False:
+            continue
+        if value is True:
+            out.append(f"--{name}")
+        elif isinstance(value, (list, tuple)):
+            out.append(f"--{name}")
+            out.extend(_scalar(v) for v in value)
+        else:
+            out.extend((f"--{name}", _scalar(value)))
+    return out
+
+
+def _scalar(value: Any) -> str:
+    if isinstance(value, bool):
+        # Inside a list a boolean has no flag to toggle; SGLang's argparse expects words.
+        return "true" if value else "false"
+    return str(value)
+
+
+def build_argv(servers: ServersSection, port: int) -> list[str]:
+    argv = [*servers.command, "--model-path", servers.model_path,
+            "--host", servers.host, "--port", str(port)]
+    if servers.tp_size > 1:
+        argv += ["--tp-size", str(servers.tp_size)]
+    return argv + flag_args(servers.flags)
+
+
+def build_specs(servers: ServersSection) -> list[ServerSpec]:
+    specs = []
+    for i, gpus in enumerate(gpu_groups(servers)):
+        port = servers.base_port + i
+        specs.append(ServerSpec(server_name(gpus), gpus, port, servers.host,
+                                tuple(build_argv(servers, port))))
+    return specs
+
+
+def build_env(spec: ServerSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    env = dict(os.environ if base is None else base)
+    for key in _SYSTEMD_VARS:
+        env.pop(key, None)
+    env["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices
+    # The log pump classifies a death from the last lines; a block-buffered stdout would lose
+    # exactly those lines when the process is killed.
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def max_running(servers: ServersSection, dispatch: DispatchSection) -> int:
+    """The dispatcher's in-flight limit for a server launched with these flags."""
+    if dispatch.max_in_flight_per_server > 0:
+        return dispatch.max_in_flight_per_server
+    return servers.max_running_requests() or DEFAULT_MAX_RUNNING

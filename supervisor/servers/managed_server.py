@@ -1,0 +1,437 @@
+"""One server's life cycle: launch, wait for health, serve, watch, stop, back off, restart.
+
+    STOPPED ─▶ STARTING ─▶ READY ─▶ DRAINING ─▶ STOPPING ─▶ STOPPED ─▶ STARTING   (requested)
+                  │          │                     ▲
+                  └──────────┴── exit/hang/stall ──┘─▶ BACKOFF ─▶ STARTING         (failure)
+                                                   └─▶ FAILED (too many) ─▶ operator reset
+
+Each life runs in the task that owns this server; everything it starts (the dispatcher's
+serve, the watchers) lives in a task group inside it, so cancelling the fleet cancels them
+all and the `finally` stops the process group.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import anyio
+import httpx
+
+from supervisor.config import DispatchSection, ServersSection
+from supervisor.servers.endpoint import Endpoint
+from supervisor.servers.exit_classifier import (ExitReason, Trigger, classify,
+                                                 describe_returncode)
+from supervisor.servers.health import probe
+from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env,
+                                               max_running)
+from supervisor.servers.process_group import ServerProcess, spawn, stop_group
+from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.server_log import ServerLog
+from supervisor.servers.server_state import ServerSnapshot, ServerState
+
+log = logging.getLogger("supervisor.servers")
+
+S = ServerState
+
+
+@dataclass
+class FleetContext:
+    """What every server of a fleet shares."""
+
+    store_call: Callable[..., Any]        # async (method name, *args) -> result
+    dispatcher: Any                       # serve(endpoint, draining), progress(name)
+    client: httpx.AsyncClient
+    clock: Callable[[], float]            # unix seconds, for events and snapshots
+    monotonic: Callable[[], float]        # for the restart policy's failure window
+    on_change: Callable[[], None]
+    proc_limiter: anyio.CapacityLimiter   # threads that spawn/stop processes
+    base_env: dict[str, str] | None = None
+    cwd: str | None = None
+    exit_poll_s: float = 0.2
+    startup_probe_s: float = 1.0
+    kill_wait_s: float = 10.0
+
+
+@dataclass(frozen=True)
+class _Request:
+    kind: str      # "restart" or "reset"
+    actor: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class _Failure:
+    trigger: Trigger
+    detail: str
+
+
+class _Ready:
+    pass
+
+
+@dataclass
+class _Decision:
+    outcome: _Request | _Failure | None = None
+    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
+
+    def decide(self, outcome: _Request | _Failure) -> None:
+        if self.outcome is None:
+            self.outcome = outcome
+        self.scope.cancel()
+
+
+class ManagedServer:
+    def __init__(self, name: str, gpus: tuple[int, ...], port: int, servers: ServersSection,
+                 dispatch: DispatchSection, ctx: FleetContext, server_log: ServerLog,
+                 policy: RestartPolicy) -> None:
+        self.name = name
+        self.gpus = gpus
+        self.port = port
+        self.servers = servers          # this server's own copy: retune may change its flags
+        self.dispatch = dispatch
+        self.ctx = ctx
+        self.log = server_log
+        self.policy = policy
+        self.state = S.STOPPED
+        self.state_since = ctx.clock()
+        self.state_reason = "not started"
+        self.restarts = 0
+        self.last_exit: ExitReason | None = None
+        self.endpoint: Endpoint | None = None
+        self._proc: ServerProcess | None = None
+        self._argv: tuple[str, ...] | None = None
+        self._starts = 0
+        self._start_reason, self._start_actor = "supervisor started", "supervisor"
+        self._request: _Request | None = None
+        self._poke = anyio.Event()
+        self._changed = anyio.Event()
+
+    # -- what others see ----------------------------------------------------------------------
+
+    @property
+    def spec(self) -> ServerSpec:
+        return ServerSpec(self.name, self.gpus, self.port, self.servers.host,
+                          tuple(build_argv(self.servers, self.port)))
+
+    @property
+    def max_running(self) -> int:
+        return max_running(self.servers, self.dispatch)
+
+    @property
+    def pid(self) -> int | None:
+        return self._proc.pid if self._proc is not None else None
+
+    def snapshot(self) -> ServerSnapshot:
+        try:
+            in_flight = int(self.ctx.dispatcher.progress(self.name).in_flight)
+        except LookupError:
+            in_flight = 0
+        return ServerSnapshot(
+            name=self.name, gpus=self.gpus, port=self.port, state=self.state, pid=self.pid,
+            in_flight=in_flight, restarts=self.restarts,
+            last_exit_reason=None if self.last_exit is None else str(self.last_exit),
+            state_since=self.state_since, max_running=self.max_running,
+            argv=self._argv if self._proc is not None and self._argv else self.spec.argv,
+            state_reason=self.state_reason,
+            failures_in_window=self.policy.failures_in_window(self.ctx.monotonic()),
+        )
+
+    async def wait_changed(self) -> None:
+        await self._changed.wait()
+
+    # -- requests from the fleet (operator actions) ---------------------------------------------
+
+    def request(self, kind: str, actor: str, reason: str) -> None:
+        # A newer request replaces a pending one: two restarts in a row are one restart.
+        self._request = _Request(kind, actor, reason)
+        self._poke.set()
+
+    def _take_request(self) -> _Request | None:
+        req, self._request = self._request, None
+        if self._poke.is_set():
+            self._poke = anyio.Event()
+        return req
+
+    async def _wait_request(self, timeout_s: float = float("inf")) -> _Request | None:
+        with anyio.move_on_after(timeout_s):
+            while True:
+                req = self._take_request()
+                if req is not None:
+                    return req
+                await self._poke.wait()
+        return None
+
+    async def restart_and_wait(self, actor: str, reason: str) -> tuple[bool, str]:
+        """Ask for a restart; True once the new process is READY, False if it failed."""
+        starts = self._starts
+        self.request("restart", actor, reason)
+        s = self.servers
+        limit = (s.drain_timeout_s + 2 * (s.stop_grace_s + self.ctx.kill_wait_s)
+                 + s.startup_timeout_s + 60.0)
+        with anyio.move_on_after(limit):
+            while True:
+                if self._starts > starts:
+                    if self.state is S.READY:
+                        return True, "ready"
+                    if self.state in (S.BACKOFF, S.FAILED):
+                        return False, f"{self.state}: {self.state_reason}"
+                await self.wait_changed()
+        return False, f"not READY within {limit:.0f} s (state {self.state})"
+
+    # -- the life cycle -------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        try:
+            while True:
+                if self.state is S.FAILED:
+                    req = await self._wait_request()
+                    assert req is not None
+                    self.policy.reset()
+                    self._start_reason, self._start_actor = f"{req.reason} by {req.actor}", req.actor
+                await self._life()
+        finally:
+            with anyio.CancelScope(shield=True):
+                await self._final_stop()
+
+    async def _life(self) -> None:
+        self._starts += 1
+        if self._starts > 1:
+            self.restarts += 1
+        spec = self.spec
+        await self._transition(S.STARTING, self._start_reason, self._start_actor,
+                               argv=list(spec.argv), gpus=list(spec.gpus))
+        env = build_env(spec, self.ctx.base_env)
+        try:
+            proc = await anyio.to_thread.run_sync(
+                spawn, spec.argv, env, self.log, f"{self.name} start #{self._starts}", self.ctx.cwd,
+                limiter=self.ctx.proc_limiter)
+        except OSError as exc:
+            reason = classify(Trigger.SPAWN_FAILED, None, (),
+                              f"could not start {spec.argv[0]!r}: {exc}")
+            self.last_exit = reason
+            await self._after_failure(reason)
+            return
+        self._proc, self._argv = proc, spec.argv
+        await self.ctx.store_call("record_server_process", self.name, proc.pid, proc.pgid,
+                                  list(proc.argv), proc.started_at)
+        outcome = await self._await_ready(proc, spec)
+        if isinstance(outcome, _Ready):
+            await self._transition(S.READY, "/health_generate answered 200", pid=proc.pid,
+                                   max_running=self.max_running)
+            outcome = await self._serve(proc, spec)
+        await self._end(proc, outcome)
+
+    async def _await_ready(self, proc: ServerProcess, spec: ServerSpec) -> _Ready | _Request | _Failure:
+        s = self.servers
+        deadline = anyio.current_time() + s.startup_timeout_s
+        interval = min(self.ctx.startup_probe_s, s.health_interval_s)
+        while True:
+            rc = proc.returncode
+            if rc is not None:
+                return _Failure(Trigger.EXITED, f"{describe_returncode(rc)} while starting")
+            req = self._take_request()
+            if req is not None and req.kind == "restart":
+                return req
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                return _Failure(Trigger.STARTUP_TIMEOUT,
+                                f"/health_generate not 200 after {s.startup_timeout_s:g} s")
+            ok, _ = await probe(self.ctx.client, spec.base_url, min(s.health_timeout_s, remaining))
+            if ok and proc.returncode is None:
+                return _Ready()
+            await self._sleep_unless_poked(min(interval, max(remaining, 0.0)))
+
+    async def _sleep_unless_poked(self, timeout_s: float) -> None:
+        # Wake early for an operator request but leave it pending for the caller to take.
+        with anyio.move_on_after(timeout_s):
+            await self._poke.wait()
+
+    async def _serve(self, proc: ServerProcess, spec: ServerSpec) -> _Request | _Failure:
+        endpoint = Endpoint(self.name, spec.base_url, self.max_running)
+        self.endpoint = endpoint
+        draining = anyio.Event()
+        serve_done = anyio.Event()
+        serve_scope = anyio.CancelScope()
+        decision = _Decision()
+
+        async def serve() -> None:
+            try:
+                with serve_scope:
+                    await self.ctx.dispatcher.serve(endpoint, draining)
+            finally:
+                serve_done.set()
+
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve)
+                with decision.scope:
+                    async with anyio.create_task_group() as watch:
+                        watch.start_soon(self._watch_exit, proc, decision)
+                        watch.start_soon(self._watch_health, spec, decision)
+                        watch.start_soon(self._watch_progress, decision)
+                        watch.start_soon(self._watch_request, decision)
+                outcome = decision.outcome
+                assert outcome is not None
+                if isinstance(outcome, _Request):
+                    await self._transition(S.DRAINING, f"{outcome.reason} by {outcome.actor}",
+                                           outcome.actor)
+                    draining.set()
+                    exited = await self._drain(proc, serve_done)
+                    if exited is not None:
+                        outcome = exited
+                # Whatever is still in flight goes back to pending: the dispatcher requeues
+                # when its serve() is cancelled.
+                serve_scope.cancel()
+        finally:
+            self.endpoint = None
+        return outcome
+
+    async def _drain(self, proc: ServerProcess, serve_done: anyio.Event) -> _Failure | None:
+        timeout = self.servers.drain_timeout_s
+        with anyio.move_on_after(timeout):
+            while not serve_done.is_set():
+                rc = proc.returncode
+                if rc is not None:
+                    return _Failure(Trigger.EXITED, f"{describe_returncode(rc)} while draining")
+                with anyio.move_on_after(self.ctx.exit_poll_s):
+                    await serve_done.wait()
+            return None
+        log.warning("%s: drain did not finish within %g s; requeueing what is left",
+                    self.name, timeout)
+        return None
+
+    async def _watch_exit(self, proc: ServerProcess, decision: _Decision) -> None:
+        while True:
+            rc = proc.returncode
+            if rc is not None:
+                decision.decide(_Failure(Trigger.EXITED, describe_returncode(rc)))
+                return
+            await anyio.sleep(self.ctx.exit_poll_s)
+
+    async def _watch_health(self, spec: ServerSpec, decision: _Decision) -> None:
+        s = self.servers
+        failures = 0
+        while True:
+            await anyio.sleep(s.health_interval_s)
+            ok, detail = await probe(self.ctx.client, spec.base_url, s.health_timeout_s)
+            if ok:
+                failures = 0
+                continue
+            failures += 1
+            log.warning("%s: health probe failed (%d/%d): %s", self.name, failures,
+                        s.health_failures, detail)
+            if failures >= s.health_failures:
+                decision.decide(_Failure(
+                    Trigger.HEALTH, f"health probe failed {failures} times in a row ({detail})"))
+                return
+
+    async def _watch_progress(self, decision: _Decision) -> None:
+        """Hung-but-healthy: requests in flight and the completed count not moving. Measured
+        from when we first saw the server busy without progress, so a job that was paused for
+        an hour does not look hung the moment work resumes."""
+        s = self.servers
+        interval = max(0.05, min(s.health_interval_s, s.hang_timeout_s / 4))
+        busy_since: float | None = None
+        last_completed: int | None = None
+        while True:
+            await anyio.sleep(interval)
+            p = self.ctx.dispatcher.progress(self.name)
+            now = anyio.current_time()
+            if p.in_flight == 0 or p.completed != last_completed:
+                last_completed = p.completed
+                busy_since = now if p.in_flight > 0 else None
+                continue
+            if busy_since is None:
+                busy_since = now
+            if now - busy_since >= s.hang_timeout_s:
+                decision.decide(_Failure(
+                    Trigger.PROGRESS,
+                    f"{p.in_flight} requests in flight, none completed for {now - busy_since:.0f} s"))
+                return
+
+    async def _watch_request(self, decision: _Decision) -> None:
+        while True:
+            req = await self._wait_request()
+            if req is not None and req.kind == "restart":
+                decision.decide(req)
+                return
+            # A reset of a server that is not FAILED means nothing.
+
+    async def _end(self, proc: ServerProcess, outcome: _Request | _Failure) -> None:
+        if isinstance(outcome, _Request):
+            trigger, detail, actor = Trigger.REQUESTED, f"{outcome.reason} by {outcome.actor}", outcome.actor
+        else:
+            trigger, detail, actor = outcome.trigger, outcome.detail, "supervisor"
+        await self._transition(S.STOPPING, detail, actor, pid=proc.pid)
+        stopped = await self._stop_process(proc)
+        reason = classify(trigger, proc.returncode, self.log.lines_since(proc.log_mark), detail)
+        self.last_exit = reason
+        if not reason.is_failure:
+            await self._transition(S.STOPPED, str(reason), actor, **self._exit_detail(reason, stopped))
+            self._start_reason, self._start_actor = detail, actor
+            return
+        await self._after_failure(reason, stopped)
+
+    async def _after_failure(self, reason: ExitReason, stopped: str = "") -> None:
+        decision = self.policy.record_failure(self.ctx.monotonic())
+        detail = self._exit_detail(reason, stopped)
+        detail["failures_in_window"] = decision.failures_in_window
+        if decision.give_up:
+            await self._transition(
+                S.FAILED, f"{reason}; {decision.failures_in_window} failures within "
+                f"{self.policy.window_s:g} s, waiting for an operator", **detail)
+            return
+        await self._transition(S.BACKOFF, f"{reason}; restarting in {decision.delay_s:.1f} s",
+                               backoff_s=round(decision.delay_s, 3), **detail)
+        req = await self._wait_request(decision.delay_s)
+        if req is None:
+            self._start_reason, self._start_actor = f"restart after {reason.kind}", "supervisor"
+        else:
+            self._start_reason, self._start_actor = f"{req.reason} by {req.actor}", req.actor
+
+    @staticmethod
+    def _exit_detail(reason: ExitReason, stopped: str) -> dict[str, Any]:
+        return {"exit_kind": reason.kind.value, "exit_code": reason.exit_code,
+                "signal": reason.signal, "evidence": reason.evidence, "group": stopped or None}
+
+    async def _stop_process(self, proc: ServerProcess) -> str:
+        result = await anyio.to_thread.run_sync(
+            stop_group, proc.pgid, self.servers.stop_grace_s, proc, self.ctx.kill_wait_s,
+            limiter=self.ctx.proc_limiter)
+        # The group is gone, so the pipe hits EOF: wait for the pump to write the last lines,
+        # which are the ones that say why it died.
+        await anyio.to_thread.run_sync(proc.pump.join, 5.0, limiter=self.ctx.proc_limiter)
+        if self._proc is proc:
+            self._proc = None
+        await self.ctx.store_call("forget_server_process", self.name)
+        return result
+
+    async def _final_stop(self) -> None:
+        proc = self._proc
+        if proc is not None:
+            await self._transition(S.STOPPING, "supervisor shutting down", pid=proc.pid)
+            stopped = await self._stop_process(proc)
+            self.last_exit = classify(Trigger.REQUESTED, proc.returncode, (),
+                                      "supervisor shutting down")
+            await self._transition(S.STOPPED, str(self.last_exit),
+                                   **self._exit_detail(self.last_exit, stopped))
+        elif self.state is not S.STOPPED:
+            await self._transition(S.STOPPED, "supervisor shutting down")
+
+    async def _transition(self, new: ServerState, reason: str, actor: str = "supervisor",
+                          **detail: Any) -> None:
+        old = self.state
+        self.state, self.state_since, self.state_reason = new, self.ctx.clock(), reason
+        failing = new in (S.BACKOFF, S.FAILED) or (new is S.STOPPING and actor == "supervisor"
+                                                   and reason != "supervisor shutting down")
+        log.log(logging.WARNING if failing else logging.INFO, "%s: %s -> %s: %s",
+                self.name, old, new, reason)
+        self._changed.set()
+        self._changed = anyio.Event()
+        self.ctx.on_change()
+        event = {"from": old.value, "to": new.value, "reason": reason, **detail}
+        with anyio.CancelScope(shield=True):
+            await self.ctx.store_call("add_event", "server_state", self.name, event, actor,
+                                      self.state_since)

@@ -1,0 +1,130 @@
+"""Spawning a server in its own process group, and stopping the whole group.
+
+SGLang forks scheduler and detokenizer processes; a stray one keeps its GPU memory and port,
+so every signal goes to the group, and "stopped" means no live member is left, not just that
+the leader exited. All of this blocks (fork, /proc reads), so async code calls it in threads.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import subprocess
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Mapping, Sequence
+
+import psutil
+
+from supervisor.servers.server_log import ServerLog
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class ServerProcess:
+    popen: subprocess.Popen[bytes]
+    pid: int
+    pgid: int
+    argv: tuple[str, ...]
+    # psutil's create_time of the leader: recorded in the state DB so a later daemon can tell
+    # our orphan from an unrelated process that reused the pid.
+    started_at: float
+    pump: threading.Thread
+    log_mark: int = 0
+    stopped_by_us: bool = field(default=False)
+
+    @property
+    def returncode(self) -> int | None:
+        # poll() reaps the leader; until then its pid (and so the pgid) cannot be reused.
+        return self.popen.poll()
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str], log_sink: ServerLog, header: str,
+          cwd: str | None = None) -> ServerProcess:
+    """Blocking. Raises OSError when the command cannot be executed."""
+    mark = log_sink.line_count
+    popen = subprocess.Popen(
+        list(argv),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env=dict(env),
+        cwd=cwd,
+        start_new_session=True,  # its own session and process group: pgid == pid
+        close_fds=True,
+    )
+    assert popen.stdout is not None
+    pump = log_sink.pump(popen.stdout, f"{header} pid {popen.pid}")
+    try:
+        started_at = psutil.Process(popen.pid).create_time()
+    except psutil.Error:
+        started_at = time.time()  # it already died; nothing will match it later anyway
+    return ServerProcess(popen, popen.pid, popen.pid, tuple(argv), started_at, pump, mark)
+
+
+def group_members(pgid: int) -> list[int]:
+    """Live (non-zombie) processes in the group. Blocking: scans /proc."""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return []
+    except PermissionError:
+        pass  # someone else's group with this id; the scan below decides
+    members = []
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) != pgid:
+                continue
+            if psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+                # A zombie holds nothing; its parent (maybe not us) reaps it when it can.
+                continue
+        except (ProcessLookupError, psutil.Error, OSError):
+            continue
+        members.append(pid)
+    return members
+
+
+def signal_group(pgid: int, sig: int) -> bool:
+    try:
+        os.killpg(pgid, sig)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def stop_group(pgid: int, grace_s: float, leader: ServerProcess | None = None,
+               kill_wait_s: float = 10.0, poll_s: float = 0.05) -> str:
+    """SIGTERM the group, wait up to grace_s for it to empty, then SIGKILL it. Blocking.
+
+    Returns "gone" (nothing was running), "terminated", "killed" or "stuck" (members survived
+    SIGKILL: uninterruptible sleep in the driver; logged, and the caller carries on)."""
+
+    def reap() -> None:
+        if leader is not None:
+            leader.returncode  # noqa: B018 - reaps the leader so it stops counting
+
+    reap()
+    if not group_members(pgid):
+        return "gone"
+    signal_group(pgid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while time.monotonic() < deadline:
+        reap()
+        if not group_members(pgid):
+            return "terminated"
+        time.sleep(poll_s)
+    survivors = group_members(pgid)
+    log.warning("process group %d did not stop within %.0f s; sending SIGKILL to %s",
+                pgid, grace_s, survivors)
+    signal_group(pgid, signal.SIGKILL)
+    deadline = time.monotonic() + kill_wait_s
+    while time.monotonic() < deadline:
+        reap()
+        if not group_members(pgid):
+            return "killed"
+        time.sleep(poll_s)
+    log.error("process group %d survived SIGKILL: %s", pgid, group_members(pgid))
+    return "stuck"

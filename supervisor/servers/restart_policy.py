@@ -1,0 +1,65 @@
+"""When to restart a failed server, and when to stop trying.
+
+Backoff doubles with each failure still inside the failure window, capped, with jitter so
+eight servers that died together (a shared driver fault) do not all reload at the same
+instant. Failures age out of the window, so a server that ran well for an hour after one
+crash restarts quickly after the next.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from dataclasses import dataclass
+
+from supervisor.config import ServersSection
+
+
+@dataclass(frozen=True)
+class RestartDecision:
+    give_up: bool          # True → FAILED until an operator resets it
+    delay_s: float         # backoff before the next start (0 when giving up)
+    failures_in_window: int
+
+
+class RestartPolicy:
+    def __init__(self, initial_s: float, max_s: float, max_failures: int, window_s: float,
+                 rng: random.Random | None = None, jitter: float = 0.2) -> None:
+        self.initial_s = initial_s
+        self.max_s = max_s
+        self.max_failures = max_failures
+        self.window_s = window_s
+        self.jitter = jitter
+        self._rng = rng or random.Random()
+        self._failures: deque[float] = deque()
+
+    @classmethod
+    def from_config(cls, servers: ServersSection, rng: random.Random | None = None) -> RestartPolicy:
+        return cls(servers.backoff_initial_s, servers.backoff_max_s, servers.max_failures,
+                   servers.failure_window_s, rng)
+
+    def _expire(self, now: float) -> None:
+        while self._failures and self._failures[0] <= now - self.window_s:
+            self._failures.popleft()
+
+    def failures_in_window(self, now: float) -> int:
+        self._expire(now)
+        return len(self._failures)
+
+    def delay_for(self, failures: int) -> float:
+        base = self.initial_s * 2 ** max(0, failures - 1)
+        jittered = base * self._rng.uniform(1 - self.jitter, 1 + self.jitter)
+        return min(self.max_s, jittered)
+
+    def record_failure(self, now: float) -> RestartDecision:
+        self._expire(now)
+        self._failures.append(now)
+        n = len(self._failures)
+        # The config's rule: *more than* max_failures within the window gives up.
+        if n > self.max_failures:
+            return RestartDecision(True, 0.0, n)
+        return RestartDecision(False, self.delay_for(n), n)
+
+    def reset(self) -> None:
+        """An operator brought the server back: start counting afresh."""
+        self._failures.clear()

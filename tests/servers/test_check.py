@@ -1,0 +1,78 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from supervisor import check
+
+CONFIG = """
+[servers]
+count = 2
+model_path = "/models/nemotron"
+base_port = 30100
+flags = { mem-fraction-static = 0.88, max-running-requests = 64, enable-metrics = true, max-mamba-cache-size = 200 }
+"""
+
+HELP = """usage: launch_server.py [-h] --model-path MODEL_PATH [--host HOST] [--port PORT]
+  --mem-fraction-static MEM_FRACTION_STATIC
+  --max-running-requests MAX_RUNNING_REQUESTS, --max_running_requests
+  --enable-metrics      Enable log prometheus metrics.
+  --max-mamba-cache-size MAX_MAMBA_CACHE_SIZE
+"""
+
+
+def _write(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "job.toml"
+    p.write_text(text)
+    return str(p)
+
+
+def test_prints_each_server_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = check.main(["--config", _write(tmp_path, CONFIG)], help_provider=lambda cmd: HELP)
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert ("CUDA_VISIBLE_DEVICES=1 python -m sglang.launch_server --model-path /models/nemotron "
+            "--host 127.0.0.1 --port 30101 --mem-fraction-static 0.88 --max-running-requests 64 "
+            "--enable-metrics --max-mamba-cache-size 200") in out
+    assert "gpu0: GPUs 0, port 30100, 64 requests in flight" in out
+    assert "flags OK" in out
+
+
+def test_renamed_flag_is_reported_with_a_suggestion(tmp_path: Path,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    old_help = HELP.replace("--max-mamba-cache-size", "--max-mamba-cache-slots")
+    rc = check.main(["--config", _write(tmp_path, CONFIG)], help_provider=lambda cmd: old_help)
+    err = capsys.readouterr().err
+    assert rc == 1
+    assert "servers.flags.max-mamba-cache-size" in err and "did you mean --max-mamba-cache-slots" in err
+
+
+def test_help_provider_gets_the_launch_command(tmp_path: Path) -> None:
+    seen = []
+    check.main(["--config", _write(tmp_path, CONFIG)], help_provider=lambda c: seen.append(c) or HELP)
+    assert seen == [("python", "-m", "sglang.launch_server")]
+
+
+def test_invalid_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rc = check.main(["--config", _write(tmp_path, "[servers]\ncount = 2\n")])
+    assert rc == 2 and "servers.model_path" in capsys.readouterr().err
+    assert check.main(["--config", str(tmp_path / "missing.toml")]) == 2
+
+
+def test_without_sglang_flags_are_not_checked(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(check.importlib.util, "find_spec", lambda name: None)
+    assert check.main(["--config", _write(tmp_path, CONFIG)]) == 0
+    assert "not installed" in capsys.readouterr().out
+
+
+def test_real_help_of_a_python_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # run_help really runs `<command> --help`; an argparse program stands in for SGLang.
+    prog = tmp_path / "fake_launch.py"
+    prog.write_text("import argparse\np = argparse.ArgumentParser()\n"
+                    "for f in ['--model-path', '--host', '--port', '--mem-fraction-static']:\n"
+                    "    p.add_argument(f)\np.parse_args()\n")
+    import sys
+    text = check.run_help([sys.executable, str(prog)])
+    assert {"--mem-fraction-static", "--port"} <= check.accepted_options(text)
