@@ -93,6 +93,10 @@ def signal_group(pgid: int, sig: int) -> bool:
         return True
     except ProcessLookupError:
         return False
+    except PermissionError:
+        # Not ours to signal (another user's group with this id): never escalate.
+        log.error("process group %d: not permitted to send signal %d", pgid, sig)
+        return False
 
 
 def stop_group(pgid: int, grace_s: float, leader: ServerProcess | None = None,

@@ -1,0 +1,133 @@
+"""Real processes: a leader that forks children which ignore SIGTERM, like a stuck scheduler."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from supervisor.servers.orphans import judge, stop_orphan
+from supervisor.servers.process_group import group_members, spawn, stop_group
+from supervisor.servers.server_log import ServerLog
+
+# Prints its children's pids, then waits; the children ignore SIGTERM when asked to.
+FAMILY = r"""
+import os, signal, sys, time
+ignore = sys.argv[1] == "ignore"
+pids = []
+for _ in range(2):
+    pid = os.fork()
+    if pid == 0:
+        if ignore:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(600)
+        os._exit(0)
+    pids.append(pid)
+print("children", *pids, flush=True)
+time.sleep(600)
+"""
+
+
+def _wait_for_line(log: ServerLog, prefix: str) -> str:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        for line in log.tail(20):
+            if line.startswith(prefix):
+                return line
+        time.sleep(0.02)
+    raise AssertionError(f"no {prefix!r} line in {log.tail(20)}")
+
+
+def test_stop_group_kills_children_that_ignore_sigterm(tmp_path: Path) -> None:
+    log = ServerLog(tmp_path / "fam.log")
+    proc = spawn([sys.executable, "-c", FAMILY, "ignore"], dict(os.environ), log, "family")
+    assert proc.pgid == proc.pid == os.getpgid(proc.pid)
+    children = [int(p) for p in _wait_for_line(log, "children").split()[1:]]
+    assert set(children) | {proc.pid} <= set(group_members(proc.pgid))
+    assert stop_group(proc.pgid, grace_s=0.3, leader=proc, kill_wait_s=10) == "killed"
+    assert group_members(proc.pgid) == []
+    assert proc.returncode == -signal.SIGTERM
+    proc.pump.join(5)
+    assert not proc.pump.is_alive()
+    log.close()
+
+
+def test_stop_group_polite_and_already_gone(tmp_path: Path) -> None:
+    log = ServerLog(tmp_path / "fam.log")
+    proc = spawn([sys.executable, "-c", FAMILY, "obey"], dict(os.environ), log, "family")
+    _wait_for_line(log, "children")
+    assert stop_group(proc.pgid, grace_s=10, leader=proc) == "terminated"
+    assert stop_group(proc.pgid, grace_s=10, leader=proc) == "gone"
+    log.close()
+
+
+class Record:
+    def __init__(self, name: str, pid: int, argv: list[str], started_at: float) -> None:
+        self.name, self.pid, self.pgid, self.argv, self.started_at = name, pid, pid, argv, started_at
+
+
+def test_orphan_from_a_recorded_pgid_is_stopped(tmp_path: Path) -> None:
+    # A "previous daemon" left this server running; all we have is the DB record.
+    argv = [sys.executable, "-c", FAMILY, "ignore"]
+    orphan = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.PIPE)
+    try:
+        assert orphan.stdout is not None
+        orphan.stdout.readline()  # its children exist now
+        rec = Record("gpu0", orphan.pid, argv, psutil.Process(orphan.pid).create_time())
+        verdict, result = stop_orphan(rec, grace_s=0.3)
+        assert orphan.pid in verdict.pids and len(verdict.pids) == 3
+        assert result == "killed"
+        orphan.wait(10)
+        assert group_members(orphan.pid) == []
+    finally:
+        if orphan.poll() is None:
+            os.killpg(orphan.pid, signal.SIGKILL)
+            orphan.wait()
+        orphan.stdout.close()  # type: ignore[union-attr]
+
+
+def test_reused_pid_is_left_alone(tmp_path: Path) -> None:
+    argv = [sys.executable, "-c", "import time; time.sleep(600)"]
+    other = subprocess.Popen(argv, start_new_session=True)
+    try:
+        ct = psutil.Process(other.pid).create_time()
+        # Same pid, but the record says it started an hour earlier: a different program.
+        assert judge("gpu0", other.pid, other.pid, argv, ct - 3600).pids == ()
+        # Same start time but another command line: also not ours.
+        assert judge("gpu0", other.pid, other.pid, ["python", "-m", "x"], ct).pids == ()
+        assert judge("gpu0", other.pid, other.pid, argv, ct).pids == (other.pid,)
+    finally:
+        other.kill()
+        other.wait()
+    assert judge("gpu0", other.pid, other.pid, argv, 0).why == "no process left"
+
+
+def test_children_outliving_their_leader_are_found(tmp_path: Path) -> None:
+    script = r"""
+import os, sys, time
+pid = os.fork()
+if pid == 0:
+    time.sleep(600); os._exit(0)
+print(pid, flush=True)
+"""
+    argv = [sys.executable, "-c", script]
+    started = time.time() - 1
+    leader = subprocess.Popen(argv, start_new_session=True, stdout=subprocess.PIPE)
+    assert leader.stdout is not None
+    child = int(leader.stdout.readline())
+    leader.wait(10)
+    leader.stdout.close()
+    try:
+        verdict = judge("gpu1", leader.pid, leader.pid, argv, started)
+        assert verdict.pids == (child,) and "outlived" in verdict.why
+        assert stop_group(leader.pid, grace_s=5) == "terminated"
+    finally:
+        try:
+            os.kill(child, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
