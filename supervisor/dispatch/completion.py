@@ -1,0 +1,122 @@
+"""One chat completion request to SGLang, and what its answer means for the prompt.
+
+The request carries thinking on (`chat_template_kwargs.enable_thinking` for the template,
+`separate_reasoning` so SGLang's reasoning parser splits the trace into reasoning_content)
+and the live max tokens. The answer is classified here, in one place, because the
+difference between "retry", "failed for good" and "the server went away" decides whether a
+prompt is lost, duplicated or retried forever.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from supervisor.config import GenerationSection
+
+
+def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSection,
+                 max_tokens: int) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "model": model,
+        "messages": messages,
+        "max_tokens": max_tokens,
+        "temperature": gen.temperature,
+        "top_p": gen.top_p,
+        "stream": False,
+    }
+    if gen.enable_thinking:
+        body["chat_template_kwargs"] = {"enable_thinking": True}
+        body["separate_reasoning"] = True
+    return body
+
+
+@dataclass(frozen=True)
+class Completion:
+    content: str
+    reasoning_content: str | None
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+
+
+@dataclass(frozen=True)
+class Retryable:
+    """Try again (an attempt is counted): 5xx, an abort, an answer we cannot read."""
+    error: str
+
+
+@dataclass(frozen=True)
+class Permanent:
+    """Never retry: SGLang refused the prompt itself (HTTP 400, e.g. longer than the context)."""
+    error: str
+
+
+Answer = Completion | Retryable | Permanent
+
+_DONE_REASONS = {"stop", "length", "tool_calls"}
+
+
+def _error_message(status: int, text: str) -> str:
+    """SGLang's error body is {"object":"error","message":...,"code":400}; FastAPI's
+    validation errors are {"detail": ...}. Fall back to the raw text, kept short."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        for key in ("message", "detail", "error"):
+            value = data.get(key)
+            if isinstance(value, dict):
+                value = value.get("message", value)
+            if value:
+                return f"HTTP {status}: {value if isinstance(value, str) else json.dumps(value)}"[:2000]
+    return f"HTTP {status}: {text.strip()[:500] or '(empty body)'}"
+
+
+def _int(usage: dict[str, Any], key: str) -> int:
+    value = usage.get(key)
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"usage.{key} is not a token count: {value!r}")
+    return value
+
+
+def classify_response(status: int, text: str) -> Answer:
+    if status == 400:
+        return Permanent(_error_message(status, text))
+    if status != 200:
+        return Retryable(_error_message(status, text))
+    try:
+        data = json.loads(text)
+        choice = data["choices"][0]
+        message = choice["message"]
+        content = message.get("content") or ""
+        reasoning = message.get("reasoning_content")
+        if not isinstance(content, str) or not (reasoning is None or isinstance(reasoning, str)):
+            raise ValueError("content / reasoning_content are not strings")
+        finish = choice.get("finish_reason")
+        usage = data.get("usage") or {}
+        if not isinstance(usage, dict):
+            raise ValueError("usage is not an object")
+        reasoning_tokens = _int(usage, "reasoning_tokens")
+        if not reasoning_tokens:
+            details = usage.get("completion_tokens_details")
+            if isinstance(details, dict):
+                reasoning_tokens = _int(details, "reasoning_tokens")
+        completion = Completion(
+            content=content, reasoning_content=reasoning, finish_reason=str(finish),
+            prompt_tokens=_int(usage, "prompt_tokens"),
+            completion_tokens=_int(usage, "completion_tokens"),
+            reasoning_tokens=reasoning_tokens)
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+        snippet = text.strip()[:200]
+        return Retryable(f"server answered nonsense ({type(exc).__name__}: {exc}): {snippet!r}")
+    if finish == "abort":
+        return Retryable("request aborted by the server (finish_reason abort)")
+    if finish not in _DONE_REASONS:
+        return Retryable(f"server answered finish_reason {finish!r}")
+    return completion

@@ -1,0 +1,370 @@
+"""The dispatcher: keeps every READY server's slots full and records each outcome.
+
+Per server, `serve()` runs one feeder and `max_running` workers. The feeder claims pending
+prompts from the store in batches into a small local buffer (so a finished slot is refilled
+at once, without waiting for a store round trip); each worker takes a prompt, posts one chat
+completion and hands the outcome to the recorder (group commit). Paused or draining, the
+feeder stops claiming and gives the buffered prompts back. When serve() is cancelled (the
+server left READY), everything it claimed and did not finish goes back to pending without
+counting an attempt: the server's death is not the prompt's fault.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Callable
+
+import anyio
+import httpx
+
+from state.records import ClaimedPrompt, Done, Failed, Requeue, Retry
+from state.store import Store
+from supervisor.config import JobConfig
+from supervisor.dispatch.completion import (Completion, Permanent, Retryable,
+                                            classify_response, request_body)
+from supervisor.dispatch.metrics import RateSnapshot, RateWindow
+from supervisor.dispatch.quality import QualityGate, QualitySnapshot, check_completion
+from supervisor.dispatch.recorder import Recorder
+from supervisor.servers.endpoint import Endpoint
+
+log = logging.getLogger("supervisor.dispatch")
+
+# A connection refused/reset usually means the server just died; the fleet notices within
+# a fraction of a second and cancels serve(), which requeues the prompt with no attempt
+# counted. Only if the server is still considered alive after this grace is it a retry.
+GONE_GRACE_S = 3.0
+SETTING_MAX_TOKENS = "max_tokens"
+SETTING_OPERATOR_PAUSE = "operator_pause"
+
+
+@dataclass
+class ServerProgress:
+    """What the fleet's hang watchdog and the status snapshot read about one server."""
+    in_flight: int = 0                       # requests on the wire now
+    completed: int = 0                       # outcomes of any kind since the daemon started
+    last_completion_at: float | None = None  # time.monotonic()
+    last_request_started_at: float | None = None
+    errors: int = 0
+    last_error: str | None = None
+    rates: RateWindow | None = None
+
+
+@dataclass(frozen=True)
+class DispatchSnapshot:
+    max_tokens: int
+    paused: dict[str, str]                   # reason key -> why
+    in_flight: int
+    rates: RateSnapshot
+    per_server: dict[str, RateSnapshot]
+    quality: QualitySnapshot
+
+
+@dataclass
+class _Serving:
+    endpoint: Endpoint
+    claimed: dict[str, ClaimedPrompt] = field(default_factory=dict)  # not yet resolved
+    wake: anyio.Event = field(default_factory=anyio.Event)
+
+
+class Dispatcher:
+    def __init__(self, astore: Any, config: JobConfig, *,
+                 clock: Callable[[], float] = time.time,
+                 client: httpx.AsyncClient | None = None) -> None:
+        self.astore = astore
+        self.config = config
+        self.clock = clock
+        self._client = client
+        self._own_client = client is None
+        self.max_tokens = config.generation.max_tokens
+        q = config.quality
+        self.quality = QualityGate(q.window, q.min_samples, q.max_bad_rate,
+                                   q.max_truncation_rate)
+        self.started_at = clock()
+        self.rates = RateWindow(q.metrics_window_s, self.started_at)
+        self._progress: dict[str, ServerProgress] = {}
+        self._serving: dict[int, _Serving] = {}
+        self._paused: dict[str, str] = {}
+        self._recorder = Recorder(self._write, on_committed=self._after_commit)
+        self._tg: anyio.abc.TaskGroup | None = None
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def running(self) -> AsyncIterator[Dispatcher]:
+        """The recorder and HTTP client live here; serve() may only run inside."""
+        saved = await self.astore.call(Store.get_setting, SETTING_MAX_TOKENS)
+        if saved is not None:
+            self.max_tokens = int(saved)
+        paused = await self.astore.call(Store.get_setting, SETTING_OPERATOR_PAUSE)
+        if paused:
+            self._paused["operator"] = paused
+        if self._client is None:
+            # trust_env=False: a proxy from the environment must never carry loopback traffic.
+            self._client = httpx.AsyncClient(
+                trust_env=False, timeout=self.config.dispatch.request_timeout_s,
+                limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                tg.start_soon(self._recorder.run, name="recorder")
+                try:
+                    yield self
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await self._recorder.close()
+        finally:
+            self._tg = None
+            if self._own_client and self._client is not None:
+                with anyio.CancelScope(shield=True):
+                    await self._client.aclose()
+                self._client = None
+
+    async def _write(self, outcomes: list[Any]) -> None:
+        await self.astore.call(Store.record, outcomes)
+
+    def _after_commit(self, batch: list[Any]) -> None:
+        # A retry makes its prompt claimable again: wake idle feeders.
+        if any(isinstance(o, Retry) for o in batch):
+            self.poke()
+
+    async def flush(self) -> None:
+        await self._recorder.flush()
+
+    def _event(self, kind: str, subject: str, detail: dict[str, Any], actor: str) -> None:
+        async def add() -> None:
+            await self.astore.call(Store.add_event, kind, subject, detail, actor, self.clock())
+        if self._tg is not None:
+            self._tg.start_soon(add)
+
+    # -- what others read ---------------------------------------------------------------------
+
+    def progress(self, name: str) -> ServerProgress:
+        p = self._progress.get(name)
+        if p is None:
+            p = self._progress[name] = ServerProgress(
+                rates=RateWindow(self.config.quality.metrics_window_s, self.clock()))
+        return p
+
+    def snapshot(self) -> DispatchSnapshot:
+        now = self.clock()
+        return DispatchSnapshot(
+            max_tokens=self.max_tokens, paused=dict(self._paused),
+            in_flight=sum(p.in_flight for p in self._progress.values()),
+            rates=self.rates.snapshot(now),
+            per_server={n: p.rates.snapshot(now) for n, p in self._progress.items()
+                        if p.rates is not None},
+            quality=self.quality.snapshot())
+
+    @property
+    def paused(self) -> bool:
+        return bool(self._paused)
+
+    # -- operator actions (the control socket calls these) -------------------------------------
+
+    def poke(self) -> None:
+        for s in self._serving.values():
+            s.wake.set()
+
+    async def pause(self, key: str, reason: str, actor: str) -> None:
+        """Stop claiming new prompts; in-flight requests finish. `key` names the cause
+        (operator, quality, disk) so each is lifted on its own."""
+        if self._paused.get(key) == reason:
+            return
+        self._paused[key] = reason
+        log.warning("dispatch paused (%s): %s", key, reason)
+        if key == "operator":
+            await self.astore.call(Store.set_setting, SETTING_OPERATOR_PAUSE, reason)
+        await self.astore.call(Store.add_event, "paused", key, {"reason": reason}, actor,
+                               self.clock())
+        self.poke()
+
+    async def resume(self, key: str, actor: str) -> bool:
+        if key not in self._paused:
+            return False
+        reason = self._paused.pop(key)
+        if key == "operator":
+            await self.astore.call(Store.set_setting, SETTING_OPERATOR_PAUSE, "")
+        if key == "quality":
+            # Resuming after a quality pause means the operator fixed (or accepts) the cause;
+            # the old window would trip the gate again at the very next completion.
+            self.quality.reset()
+        log.info("dispatch resumed (%s)", key)
+        await self.astore.call(Store.add_event, "resumed", key, {"was": reason}, actor,
+                               self.clock())
+        self.poke()
+        return True
+
+    async def set_max_tokens(self, value: int, actor: str) -> int:
+        """Applies to requests sent from now on; in-flight ones finish at their old limit."""
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"max_tokens must be an integer >= 1, got {value!r}")
+        old, self.max_tokens = self.max_tokens, value
+        await self.astore.call(Store.set_setting, SETTING_MAX_TOKENS, str(value))
+        await self.astore.call(Store.add_event, "max_tokens", "generation",
+                               {"from": old, "to": value}, actor, self.clock())
+        return old
+
+    async def requeue_truncated(self, actor: str) -> int:
+        """Re-run every prompt that ended with finish_reason length under a lower limit than
+        the current one; its new result replaces its line in its shard."""
+        count = await self.astore.call(Store.requeue_truncated, self.max_tokens)
+        await self.astore.call(Store.add_event, "requeue_truncated", "generation",
+                               {"count": count, "below_max_tokens": self.max_tokens}, actor,
+                               self.clock())
+        self.poke()
+        return count
+
+    # -- serving one endpoint ----------------------------------------------------------------
+
+    async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None:
+        serving = _Serving(endpoint)
+        key = id(serving)
+        self._serving[key] = serving
+        prefetch = max(1, min(self.config.dispatch.claim_batch, endpoint.max_running))
+        send, recv = anyio.create_memory_object_stream[ClaimedPrompt](prefetch)
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._wake_on, draining, serving)
+                async with recv:
+                    for _ in range(endpoint.max_running):
+                        tg.start_soon(self._worker, serving, recv.clone())
+                async with send:
+                    await self._feed(serving, send, recv, draining, prefetch)
+                # Workers end once their request is done and the feeder has closed the buffer.
+        finally:
+            del self._serving[key]
+            leftover = [Requeue(pid) for pid in serving.claimed]
+            if leftover:
+                with anyio.CancelScope(shield=True):
+                    await self.flush()
+                    await self.astore.call(Store.record, leftover)
+                log.info("%s: %d claimed prompts back to pending", endpoint.name, len(leftover))
+                self.poke()
+
+    async def _wake_on(self, draining: anyio.Event, serving: _Serving) -> None:
+        await draining.wait()
+        serving.wake.set()
+
+    async def _feed(self, serving: _Serving, send: Any, recv: Any, draining: anyio.Event,
+                    prefetch: int) -> None:
+        name = serving.endpoint.name
+        refill_at = max(1, prefetch // 4)
+        while True:
+            serving.wake = anyio.Event()
+            if draining.is_set():
+                await self._give_back(serving, recv)
+                return
+            if self._paused:
+                await self._give_back(serving, recv)
+                await serving.wake.wait()
+                continue
+            stats = send.statistics()
+            space = prefetch - stats.current_buffer_used
+            if space >= refill_at or (space > 0 and stats.tasks_waiting_receive):
+                # Shielded: a claim the store committed must reach `claimed`, or a
+                # cancellation on the way back would strand those prompts in_flight.
+                with anyio.CancelScope(shield=True):
+                    got = await self.astore.call(Store.claim, space, name, self.clock())
+                    for prompt in got:
+                        serving.claimed[prompt.id] = prompt
+                if got:
+                    for prompt in got:
+                        send.send_nowait(prompt)
+                    continue
+                # Nothing pending: a retry or a requeue elsewhere pokes us; poll as a backstop.
+                with anyio.move_on_after(1.0):
+                    await serving.wake.wait()
+                continue
+            await serving.wake.wait()
+
+    async def _give_back(self, serving: _Serving, recv: Any) -> None:
+        back: list[str] = []
+        while True:
+            try:
+                back.append(recv.receive_nowait().id)
+            except (anyio.WouldBlock, anyio.EndOfStream):
+                break
+        if back:
+            with anyio.CancelScope(shield=True):
+                await self.astore.call(Store.record, [Requeue(i) for i in back])
+                for i in back:
+                    serving.claimed.pop(i, None)
+
+    async def _worker(self, serving: _Serving, recv: Any) -> None:
+        async with recv:
+            async for prompt in recv:
+                serving.wake.set()     # a buffer slot freed: the feeder may refill
+                await self._one(serving, prompt)
+
+    async def _one(self, serving: _Serving, prompt: ClaimedPrompt) -> None:
+        endpoint = serving.endpoint
+        p = self.progress(endpoint.name)
+        gen = self.config.generation
+        max_tokens = self.max_tokens     # fixed for this request, whatever changes meanwhile
+        body = json.dumps(request_body(self.config.job.model, prompt.messages, gen, max_tokens),
+                          ensure_ascii=False).encode()
+        timeout = self.config.dispatch.request_timeout_s
+        started = self.clock()
+        p.in_flight += 1
+        p.last_request_started_at = time.monotonic()
+        gone: str | None = None
+        try:
+            assert self._client is not None
+            resp = await self._client.post(
+                endpoint.base_url + "/v1/chat/completions", content=body,
+                headers={"content-type": "application/json"}, timeout=timeout)
+            answer = classify_response(resp.status_code, resp.text)
+        except httpx.TimeoutException as exc:
+            answer = Retryable(f"no answer within {timeout:g} s ({type(exc).__name__})")
+        except httpx.TransportError as exc:
+            answer = None
+            gone = f"{type(exc).__name__}: {exc}"
+        finally:
+            p.in_flight -= 1
+        if gone is not None:
+            await anyio.sleep(GONE_GRACE_S)   # cancelled here if the server really went away
+            answer = Retryable(f"connection to {endpoint.name} failed: {gone}")
+        finished = self.clock()
+        outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started, finished)
+        # No await between leaving `claimed` and submitting: a cancellation can never see
+        # a prompt that is in neither place.
+        del serving.claimed[prompt.id]
+        self._recorder.submit([outcome])
+        p.completed += 1
+        p.last_completion_at = time.monotonic()
+
+    def _outcome(self, prompt: ClaimedPrompt, answer: Any, server: str, max_tokens: int,
+                 started: float, finished: float) -> Any:
+        p = self.progress(server)
+        if isinstance(answer, Completion):
+            verdict = check_completion(answer.content, answer.reasoning_content,
+                                       answer.finish_reason, self.config.generation.enable_thinking)
+            self.rates.add(finished, 1, answer.completion_tokens)
+            assert p.rates is not None
+            p.rates.add(finished, 1, answer.completion_tokens)
+            trip = self.quality.observe(verdict)
+            if trip and "quality" not in self._paused:
+                self._paused["quality"] = trip
+                log.error("dispatch paused: %s", trip)
+                self._event("paused", "quality", {"reason": trip,
+                                                  "problems": list(verdict.problems)}, "quality-gate")
+                self.poke()
+            return Done(
+                id=prompt.id, content=answer.content,
+                reasoning_content=answer.reasoning_content,
+                finish_reason=answer.finish_reason, prompt_tokens=answer.prompt_tokens,
+                completion_tokens=answer.completion_tokens,
+                reasoning_tokens=answer.reasoning_tokens, max_tokens=max_tokens,
+                model=self.config.job.model, server=server, started_at=started,
+                finished_at=finished)
+        p.errors += 1
+        p.last_error = answer.error
+        if isinstance(answer, Permanent):
+            log.warning("%s: prompt %s failed: %s", server, prompt.id, answer.error)
+            return Failed(prompt.id, answer.error)
+        log.info("%s: prompt %s will be retried: %s", server, prompt.id, answer.error)
+        return Retry(prompt.id, answer.error, self.config.dispatch.max_attempts)

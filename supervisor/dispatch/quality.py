@@ -1,0 +1,132 @@
+"""The quality gate: every completion is checked as it arrives, and a window of bad ones
+pauses the job.
+
+The incident this exists for: 87% of a 914K-sample dataset was empty responses and nobody
+looked until training. Checking each completion is cheap; pausing early saves the GPU-day.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass
+
+# Checks whose failure makes a completion "bad". Truncation is tracked separately: a
+# truncated answer is often still wanted (and can be re-run at a higher limit).
+EMPTY_CONTENT = "empty_content"
+MISSING_REASONING = "missing_reasoning"
+THINK_MARKERS = "think_markers"
+TRUNCATED = "truncated"
+
+_MARKERS = ("<think>", "</think>")
+
+
+@dataclass(frozen=True)
+class Verdict:
+    problems: tuple[str, ...]   # every check that failed, TRUNCATED included
+
+    @property
+    def bad(self) -> bool:
+        return any(p != TRUNCATED for p in self.problems)
+
+    @property
+    def truncated(self) -> bool:
+        return TRUNCATED in self.problems
+
+
+def check_completion(content: str, reasoning: str | None, finish_reason: str,
+                     thinking: bool) -> Verdict:
+    problems: list[str] = []
+    truncated = finish_reason == "length"
+    if truncated:
+        problems.append(TRUNCATED)
+    # Cut off inside the thinking part: SGLang puts all text in reasoning_content and leaves
+    # content empty. That is truncation, not an empty answer.
+    if not content.strip() and not (truncated and thinking and reasoning):
+        problems.append(EMPTY_CONTENT)
+    if thinking and not (reasoning or "").strip():
+        problems.append(MISSING_REASONING)
+    # A marker left in either field means the reasoning parser did not split the output
+    # (wrong --reasoning-parser, or thinking not actually enabled in the chat template).
+    if any(m in content for m in _MARKERS) or any(m in (reasoning or "") for m in _MARKERS):
+        problems.append(THINK_MARKERS)
+    return Verdict(tuple(problems))
+
+
+@dataclass(frozen=True)
+class QualitySnapshot:
+    samples: int                 # completions in the window
+    bad_rate: float
+    truncation_rate: float
+    problems: dict[str, int]     # per check, within the window
+    checked_total: int
+    bad_total: int
+    truncated_total: int
+    tripped: str | None          # why dispatch should pause, if it should
+
+
+class QualityGate:
+    """Rolling rates over the last `window` completions; trips once the window holds at
+    least `min_samples` and the bad share (or truncation share) passes its threshold."""
+
+    def __init__(self, window: int, min_samples: int, max_bad_rate: float,
+                 max_truncation_rate: float = 1.0) -> None:
+        self.window = window
+        self.min_samples = min_samples
+        self.max_bad_rate = max_bad_rate
+        self.max_truncation_rate = max_truncation_rate
+        self._recent: deque[Verdict] = deque(maxlen=window)
+        self._problems: Counter[str] = Counter()
+        self._bad = 0
+        self._truncated = 0
+        self.checked_total = 0
+        self.bad_total = 0
+        self.truncated_total = 0
+
+    def observe(self, verdict: Verdict) -> str | None:
+        """Add one completion; returns the reason to pause when the gate trips now."""
+        if len(self._recent) == self.window:
+            self._forget(self._recent[0])
+        self._recent.append(verdict)
+        self._problems.update(verdict.problems)
+        self._bad += verdict.bad
+        self._truncated += verdict.truncated
+        self.checked_total += 1
+        self.bad_total += verdict.bad
+        self.truncated_total += verdict.truncated
+        return self.tripped()
+
+    def _forget(self, old: Verdict) -> None:
+        self._problems.subtract(old.problems)
+        self._bad -= old.bad
+        self._truncated -= old.truncated
+
+    def reset(self) -> None:
+        """Forget the window (an operator resumed after fixing the cause)."""
+        self._recent.clear()
+        self._problems.clear()
+        self._bad = self._truncated = 0
+
+    def tripped(self) -> str | None:
+        n = len(self._recent)
+        if n < self.min_samples:
+            return None
+        bad_rate, trunc_rate = self._bad / n, self._truncated / n
+        if bad_rate > self.max_bad_rate:
+            worst = ", ".join(f"{k} {v}" for k, v in self._problems.most_common()
+                              if k != TRUNCATED and v > 0)
+            return (f"bad output: {bad_rate:.0%} of the last {n} completions "
+                    f"(threshold {self.max_bad_rate:.0%}): {worst}")
+        if trunc_rate > self.max_truncation_rate:
+            return (f"truncation: {trunc_rate:.0%} of the last {n} completions hit max_tokens "
+                    f"(threshold {self.max_truncation_rate:.0%})")
+        return None
+
+    def snapshot(self) -> QualitySnapshot:
+        n = len(self._recent)
+        return QualitySnapshot(
+            samples=n,
+            bad_rate=self._bad / n if n else 0.0,
+            truncation_rate=self._truncated / n if n else 0.0,
+            problems={k: v for k, v in self._problems.items() if v > 0},
+            checked_total=self.checked_total, bad_total=self.bad_total,
+            truncated_total=self.truncated_total, tripped=self.tripped())

@@ -1,0 +1,62 @@
+from supervisor.dispatch.quality import (EMPTY_CONTENT, MISSING_REASONING, THINK_MARKERS,
+                                         TRUNCATED, QualityGate, check_completion)
+
+
+def test_good_completion_has_no_problems():
+    v = check_completion("The answer is 4.", "2+2 is 4", "stop", thinking=True)
+    assert v.problems == () and not v.bad and not v.truncated
+
+
+def test_empty_content_and_missing_reasoning_are_bad():
+    v = check_completion("", None, "stop", thinking=True)
+    assert set(v.problems) == {EMPTY_CONTENT, MISSING_REASONING} and v.bad
+
+
+def test_cut_off_inside_thinking_is_truncation_not_empty():
+    v = check_completion("", "still thinking about", "length", thinking=True)
+    assert v.problems == (TRUNCATED,) and v.truncated and not v.bad
+
+
+def test_leftover_think_markers_are_bad():
+    v = check_completion("<think>hmm</think> 4", None, "stop", thinking=False)
+    assert v.problems == (THINK_MARKERS,) and v.bad
+
+
+def test_without_thinking_reasoning_is_not_required():
+    assert check_completion("4", None, "stop", thinking=False).problems == ()
+
+
+def test_gate_waits_for_min_samples_then_trips_on_bad_rate():
+    gate = QualityGate(window=10, min_samples=5, max_bad_rate=0.5)
+    bad = check_completion("", None, "stop", thinking=True)
+    good = check_completion("x", "y", "stop", thinking=True)
+    assert [gate.observe(bad) for _ in range(4)] == [None] * 4
+    reason = gate.observe(bad)
+    assert reason is not None and "100% of the last 5" in reason and "empty_content 5" in reason
+    gate.reset()
+    for _ in range(10):
+        assert gate.observe(good) is None
+    snap = gate.snapshot()
+    assert snap.samples == 10 and snap.bad_rate == 0 and snap.bad_total == 5
+
+
+def test_gate_window_slides():
+    gate = QualityGate(window=4, min_samples=4, max_bad_rate=0.5)
+    bad = check_completion("", None, "stop", thinking=True)
+    good = check_completion("x", "y", "stop", thinking=True)
+    # 50% is not above the threshold; the oldest completion leaves the window each time.
+    for v in (bad, bad, good, good, bad, bad):
+        assert gate.observe(v) is None
+    assert gate.snapshot().bad_rate == 0.5
+    assert gate.observe(bad) is not None        # good, bad, bad, bad
+    assert gate.snapshot().bad_rate == 0.75
+
+
+def test_truncation_threshold_trips_separately():
+    gate = QualityGate(window=4, min_samples=4, max_bad_rate=0.5, max_truncation_rate=0.5)
+    trunc = check_completion("", "thinking", "length", thinking=True)
+    for _ in range(3):
+        assert gate.observe(trunc) is None
+    reason = gate.observe(trunc)
+    assert reason is not None and reason.startswith("truncation")
+    assert gate.snapshot().truncation_rate == 1.0
