@@ -1,0 +1,38 @@
+"""`dflash-supervisor status --state DB`: where a job stands, read from its state DB.
+
+Works whether or not the daemon is running (SQLite's WAL lets a reader in beside the
+writer); the live rates need the daemon and come from its control socket instead.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+
+def main(state: str, events: int = 10) -> int:
+    from state.store import Store
+
+    path = Path(state)
+    if not path.exists():
+        print(f"dflash-supervisor: {path}: no such state DB", file=sys.stderr)
+        return 2
+    store = Store.open(path)
+    try:
+        c = store.counts()
+        pct = 100.0 * c.done / c.total if c.total else 0.0
+        print(f"prompts  {c.total}: {c.done} done ({pct:.1f}%), {c.pending} pending, "
+              f"{c.in_flight} in flight, {c.failed} failed")
+        shards, nbytes = store.upload_backlog()
+        up_shards, up_bytes = store.uploaded_totals()
+        print(f"shards   {up_shards} uploaded ({up_bytes / 1e6:.1f} MB), "
+              f"{shards} waiting ({nbytes / 1e6:.1f} MB)")
+        for e in store.recent_events(events):
+            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.time))
+            print(f"{when}  {e.kind:<18} {e.subject:<10} {e.actor:<12} "
+                  f"{json.dumps(e.detail, ensure_ascii=False)[:160]}")
+    finally:
+        store.close()
+    return 0
