@@ -49,7 +49,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     logging.getLogger("supervisor").info(
         "job %s: %d done, %d failed, %d pending of %d", result.reason, s.done, s.failed,
         s.remaining, s.total)
-    return EXIT_OK if result.finished else EXIT_INCOMPLETE
+    # A requested stop (systemctl stop) is a clean exit: the next start resumes.
+    if result.finished or result.reason.startswith("stopped by"):
+        return EXIT_OK
+    return EXIT_INCOMPLETE
 
 
 def cmd_status(args: argparse.Namespace) -> int:

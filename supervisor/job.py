@@ -248,8 +248,10 @@ class Job:
         while True:
             await self._apply_disk_guard()
             status = await self._status(astore)
-            if not ready_sent and fleet.ready_event.is_set():
-                self.notifier.send(ready=1, status="serving")
+            if not ready_sent:
+                # Ready = the daemon is up and supervising; servers loading their model for
+                # minutes is progress shown in STATUS=, not a failed start.
+                self.notifier.send(ready=1)
                 ready_sent = True
             if self.on_status is not None:
                 self.on_status(status)
