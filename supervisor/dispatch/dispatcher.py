@@ -45,6 +45,7 @@ SETTING_OPERATOR_PAUSE = "operator_pause"
 class ServerProgress:
     """What the fleet's hang watchdog and the status snapshot read about one server."""
     in_flight: int = 0                       # requests on the wire now
+    peak_in_flight: int = 0
     completed: int = 0                       # outcomes of any kind since the daemon started
     last_completion_at: float | None = None  # time.monotonic()
     last_request_started_at: float | None = None
@@ -73,8 +74,10 @@ class _Serving:
 class Dispatcher:
     def __init__(self, astore: Any, config: JobConfig, *,
                  clock: Callable[[], float] = time.time,
-                 client: httpx.AsyncClient | None = None) -> None:
+                 client: httpx.AsyncClient | None = None,
+                 gone_grace_s: float = GONE_GRACE_S) -> None:
         self.astore = astore
+        self.gone_grace_s = gone_grace_s
         self.config = config
         self.clock = clock
         self._client = client
@@ -310,6 +313,7 @@ class Dispatcher:
         timeout = self.config.dispatch.request_timeout_s
         started = self.clock()
         p.in_flight += 1
+        p.peak_in_flight = max(p.peak_in_flight, p.in_flight)
         p.last_request_started_at = time.monotonic()
         gone: str | None = None
         try:
@@ -326,7 +330,7 @@ class Dispatcher:
         finally:
             p.in_flight -= 1
         if gone is not None:
-            await anyio.sleep(GONE_GRACE_S)   # cancelled here if the server really went away
+            await anyio.sleep(self.gone_grace_s)   # cancelled here if the server really went away
             answer = Retryable(f"connection to {endpoint.name} failed: {gone}")
         finished = self.clock()
         outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started, finished)
