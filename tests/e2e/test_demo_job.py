@@ -1,0 +1,123 @@
+"""The whole daemon, end to end, on real processes: `dflash-supervisor demo` with simulated
+SGLang servers as child processes on loopback, a real SQLite file and real shard files."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def demo(directory: Path, *args: str, timeout: float = 150) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "supervisor", "demo", "--dir", str(directory),
+                           "--quiet", *args], capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def shard_ids(directory: Path) -> list[str]:
+    ids = []
+    for path in sorted((directory / "shards").rglob("*.jsonl")):
+        for line in path.read_text(encoding="utf-8").splitlines():
+            ids.append(json.loads(line)["id"])
+    return ids
+
+
+def query(directory: Path, sql: str) -> list[tuple]:
+    con = sqlite3.connect(f"file:{directory / 'job.db'}?mode=ro", uri=True)
+    try:
+        return con.execute(sql).fetchall()
+    finally:
+        con.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie is dead for our purposes (its parent, the killed daemon, never reaped it).
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def expected_ids(n: int) -> list[str]:
+    return [f"demo-{i:06d}" for i in range(n)]
+
+
+def test_demo_writes_every_prompt_once_and_a_rerun_redoes_nothing(tmp_path):
+    d = tmp_path / "demo"
+    first = demo(d, "--prompts", "1200", "--time-scale", "400")
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "finished" in first.stdout
+    ids = shard_ids(d)
+    assert sorted(ids) == expected_ids(1200)
+    shards = sorted((d / "shards").glob("*.jsonl"))
+    assert len(shards) == 3                  # 500 + 500 + 200
+    before = {p.name: p.read_bytes() for p in shards}
+    attempts = query(d, "select sum(attempts) from prompts")
+
+    again = demo(d, "--prompts", "1200", "--time-scale", "400")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "0 completions checked" in again.stdout
+    assert {p.name: p.read_bytes() for p in sorted((d / "shards").glob("*.jsonl"))} == before
+    assert query(d, "select sum(attempts) from prompts") == attempts
+
+
+def test_sigkilled_daemon_resumes_exactly_and_stops_the_servers_it_left(tmp_path):
+    d = tmp_path / "demo"
+    cmd = [sys.executable, "-m", "supervisor", "demo", "--dir", str(d), "--quiet",
+           "--prompts", "2000", "--time-scale", "60"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            if (d / "job.db").exists() and list((d / "shards").glob("*.jsonl")):
+                break
+        else:
+            pytest.fail("no shard written within 90 s")
+        servers = query(d, "select pid from server_processes")
+        assert len(servers) == 3
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    left = [pid for (pid,) in servers if alive(pid)]
+    assert left, "the killed daemon's servers should still be running (they are orphans now)"
+    done_before = query(d, "select count(*) from prompts where status='done'")[0][0]
+    assert 0 < done_before < 2000
+
+    again = demo(d, "--prompts", "2000", "--time-scale", "400")
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert sorted(shard_ids(d)) == expected_ids(2000)
+    assert not [pid for pid in left if alive(pid)], "orphaned servers were not stopped"
+    kinds = {k for (k,) in query(d, "select kind from events")}
+    assert {"orphan_stopped", "recovered_in_flight"} <= kinds
+    # Prompts that were done before the kill were not redone.
+    assert query(d, "select max(attempts) from prompts")[0][0] == 1
+
+
+def test_empty_outputs_trip_the_gate_and_pause_the_job(tmp_path):
+    d = tmp_path / "demo"
+    run = demo(d, "--prompts", "600", "--time-scale", "400", "--empty-rate", "1.0")
+    assert run.returncode == 3, run.stdout + run.stderr
+    assert "paused" in run.stdout and "empty_content" in run.stdout
+    done, pending = query(d, "select sum(status='done'), sum(status='pending') from prompts")[0]
+    assert done < 600 and pending > 0
+    [(actor,)] = query(d, "select actor from events where kind='paused'")
+    assert actor == "quality-gate"
