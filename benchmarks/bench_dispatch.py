@@ -1,0 +1,196 @@
+"""Dispatch throughput, as ratios against baselines measured in the same run.
+
+1. Instant servers: completions/s through the whole path (claim -> HTTP -> record in SQLite
+   -> shard files) vs a bare httpx + anyio loop posting the same requests at the same
+   concurrency to the same servers. Target >= 0.8x.
+2. Slot-limited servers with a fixed time per token: output tokens/s achieved vs the servers'
+   theoretical maximum (every slot decoding all the time). Target >= 97%.
+
+    python benchmarks/bench_dispatch.py [--prompts 4000] [--servers 2] [--repeats 3]
+
+Runs alternate (baseline, daemon, baseline, daemon...) so drift on a shared machine hits both;
+figures are medians.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import anyio
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from state.async_store import AsyncStore  # noqa: E402
+from state.records import ImportRow  # noqa: E402
+from state.store import Store  # noqa: E402
+from supervisor.config import parse_config  # noqa: E402
+from supervisor.dispatch.completion import request_body  # noqa: E402
+from supervisor.dispatch.dispatcher import Dispatcher  # noqa: E402
+from supervisor.job import shard_key_for  # noqa: E402
+from supervisor.servers.endpoint import Endpoint  # noqa: E402
+from supervisor.shard_writer import ShardWriter  # noqa: E402
+from tests.conftest import free_port, sim_argv, wait_healthy  # noqa: E402
+
+
+def start_sims(count: int, flags: list[str]) -> list[tuple[subprocess.Popen, str]]:
+    sims = []
+    for _ in range(count):
+        port = free_port()
+        proc = subprocess.Popen(sim_argv(port, *flags), stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL, start_new_session=True)
+        url = f"http://127.0.0.1:{port}"
+        wait_healthy(url, proc)
+        sims.append((proc, url))
+    return sims
+
+
+def stop_sims(sims: list[tuple[subprocess.Popen, str]]) -> None:
+    for proc, _ in sims:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def prompts(n: int) -> list[dict]:
+    return [{"role": "user", "content": f"Benchmark prompt number {i}: explain something."}
+            for i in range(n)]
+
+
+def config(tmp: Path, max_tokens: int, slots: int):
+    return parse_config({
+        "job": {"model": "bench"}, "generation": {"max_tokens": max_tokens},
+        "servers": {"count": 1, "model_path": "m"},
+        "dispatch": {"max_in_flight_per_server": slots, "request_timeout_s": 120.0},
+        "quality": {"max_bad_rate": 1.0}}, base_dir=tmp)
+
+
+async def bare_loop(urls: list[str], n: int, slots: int, max_tokens: int) -> tuple[float, int]:
+    """The baseline: the same request bodies, the same concurrency, no store, no shards."""
+    cfg = config(Path("."), max_tokens, slots)
+    bodies = [json.dumps(request_body("bench", [m], cfg.generation, max_tokens)).encode()
+              for m in prompts(n)]
+    next_i = 0
+    tokens = 0
+    async with httpx.AsyncClient(trust_env=False, timeout=120,
+                                 limits=httpx.Limits(max_connections=None,
+                                                     max_keepalive_connections=None)) as client:
+        async def worker(url: str) -> None:
+            nonlocal next_i, tokens
+            while next_i < n:
+                body = bodies[next_i]
+                next_i += 1
+                r = await client.post(url + "/v1/chat/completions", content=body,
+                                      headers={"content-type": "application/json"})
+                data = r.json()
+                tokens += data["usage"]["completion_tokens"]
+
+        t0 = time.perf_counter()
+        async with anyio.create_task_group() as tg:
+            for url in urls:
+                for _ in range(slots):
+                    tg.start_soon(worker, url)
+        return time.perf_counter() - t0, tokens
+
+
+async def daemon_path(urls: list[str], n: int, slots: int, max_tokens: int) -> tuple[float, int]:
+    """Claim -> HTTP -> record -> shard, as the job runs it."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tmpd = Path(tmp)
+        store = Store.open(tmpd / "job.db")
+        store.import_batch([ImportRow(f"b{i:07d}", [m], i + 1) for i, m in enumerate(prompts(n))])
+        out = tmpd / "shards"
+        out.mkdir()
+        writer = ShardWriter(store, out, 500, shard_key_for(None))
+        astore = AsyncStore(store)
+        d = Dispatcher(astore, config(tmpd, max_tokens, slots))
+        try:
+            t0 = time.perf_counter()
+            async with d.running():
+                draining = anyio.Event()
+                async with anyio.create_task_group() as tg:
+                    for i, url in enumerate(urls):
+                        tg.start_soon(d.serve, Endpoint(f"gpu{i}", url, slots), draining)
+
+                    async def shards() -> None:
+                        while True:
+                            await anyio.sleep(0.5)
+                            await anyio.to_thread.run_sync(writer.sync, False)
+                    tg.start_soon(shards)
+                    while (await astore.call(Store.counts)).done < n:
+                        await anyio.sleep(0.01)
+                    draining.set()
+                    tg.cancel_scope.cancel()
+            await anyio.to_thread.run_sync(writer.sync, True)
+            elapsed = time.perf_counter() - t0
+            lines = sum(len(p.read_text().splitlines()) for p in out.glob("*.jsonl"))
+            assert lines == n, f"{lines} shard lines for {n} prompts"
+            tokens = sum(json.loads(l)["usage"]["completion_tokens"]
+                         for p in out.glob("*.jsonl") for l in p.read_text().splitlines())
+            return elapsed, tokens
+        finally:
+            store.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=4000)
+    ap.add_argument("--servers", type=int, default=2)
+    ap.add_argument("--slots", type=int, default=32)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--timed-prompts", type=int, default=1600)
+    ap.add_argument("--tokens-per-s", type=float, default=200.0)
+    ap.add_argument("--timed-max-tokens", type=int, default=64)
+    args = ap.parse_args()
+
+    print(f"1. instant servers: {args.servers} x {args.slots} slots, {args.prompts} prompts")
+    sims = start_sims(args.servers, ["--sim-instant", "--max-running-requests", str(args.slots)])
+    try:
+        urls = [u for _, u in sims]
+        anyio.run(bare_loop, urls, 200, args.slots, 256)            # warm both sides up
+        bare, daemon = [], []
+        for _ in range(args.repeats):
+            t, _ = anyio.run(bare_loop, urls, args.prompts, args.slots, 256)
+            bare.append(args.prompts / t)
+            t, _ = anyio.run(daemon_path, urls, args.prompts, args.slots, 256)
+            daemon.append(args.prompts / t)
+        b, dm = statistics.median(bare), statistics.median(daemon)
+        print(f"   bare httpx loop   {b:8.0f} completions/s  (runs: {', '.join(f'{x:.0f}' for x in bare)})")
+        print(f"   daemon full path  {dm:8.0f} completions/s  (runs: {', '.join(f'{x:.0f}' for x in daemon)})")
+        print(f"   ratio             {dm / b:8.2f}x  (target >= 0.8)")
+    finally:
+        stop_sims(sims)
+
+    tps, mt = args.tokens_per_s, args.timed_max_tokens
+    print(f"2. slot-limited servers: {args.servers} x {args.slots} slots at {tps:g} tok/s per "
+          f"request, max_tokens {mt}, {args.timed_prompts} prompts")
+    sims = start_sims(args.servers, ["--max-running-requests", str(args.slots),
+                                     "--sim-tokens-per-s", str(tps)])
+    try:
+        urls = [u for _, u in sims]
+        theoretical = args.servers * args.slots * tps
+        ratios = []
+        for _ in range(args.repeats):
+            t, tokens = anyio.run(daemon_path, urls, args.timed_prompts, args.slots, mt)
+            ratios.append(tokens / t / theoretical)
+        print(f"   theoretical max   {theoretical:8.0f} tok/s")
+        print(f"   achieved          {statistics.median(ratios) * 100:7.1f}% of it  (runs: "
+              f"{', '.join(f'{r * 100:.1f}%' for r in ratios)}; target >= 97%)")
+    finally:
+        stop_sims(sims)
+
+
+if __name__ == "__main__":
+    main()
