@@ -235,8 +235,9 @@ class Dispatcher:
                 async with recv:
                     for _ in range(endpoint.max_running):
                         tg.start_soon(self._worker, serving, recv.clone())
-                async with send:
-                    await self._feed(serving, send, recv, draining, prefetch)
+                    own = recv.clone()     # the feeder's, to take buffered prompts back
+                async with send, own:
+                    await self._feed(serving, send, own, draining, prefetch)
                 # Workers end once their request is done and the feeder has closed the buffer.
         finally:
             del self._serving[key]
