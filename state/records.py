@@ -1,0 +1,155 @@
+"""The store's records: what goes in (imports, outcomes) and what comes out (claims, counts,
+shards, events). Frozen dataclasses, so a snapshot handed to another task cannot change under it.
+
+Times are float unix seconds everywhere; the DB keeps the exact float (REAL) so a shard line
+built from it is byte-for-byte the same every time it is rebuilt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Union
+
+PENDING = "pending"
+IN_FLIGHT = "in_flight"
+DONE = "done"
+FAILED = "failed"
+STATUSES = (PENDING, IN_FLIGHT, DONE, FAILED)
+
+SHARD_ASSIGNED = "assigned"
+SHARD_WRITTEN = "written"
+SHARD_UPLOADED = "uploaded"
+
+
+# -- in --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ImportRow:
+    id: str
+    messages: list[dict[str, Any]]
+    source_line: int
+
+
+@dataclass(frozen=True)
+class Done:
+    """A completion (finish_reason stop or length)."""
+    id: str
+    content: str
+    reasoning_content: str | None
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    max_tokens: int
+    model: str
+    server: str
+    started_at: float
+    finished_at: float
+
+
+@dataclass(frozen=True)
+class Retry:
+    """A transient failure: back to pending, or failed once attempts reach max_attempts."""
+    id: str
+    error: str
+    max_attempts: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    """A permanent failure (e.g. HTTP 400: the prompt is longer than the context)."""
+    id: str
+    error: str
+
+
+@dataclass(frozen=True)
+class Requeue:
+    """The server went away under the request: pending again, no attempt counted."""
+    id: str
+
+
+Outcome = Union[Done, Retry, Failed, Requeue]
+
+
+# -- out -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ClaimedPrompt:
+    id: str
+    messages: list[dict[str, Any]]
+    attempts: int
+
+
+@dataclass(frozen=True)
+class StatusCounts:
+    pending: int = 0
+    in_flight: int = 0
+    done: int = 0
+    failed: int = 0
+
+    @property
+    def total(self) -> int:
+        return self.pending + self.in_flight + self.done + self.failed
+
+    @property
+    def finished(self) -> bool:
+        """Nothing left to dispatch or wait for."""
+        return self.pending == 0 and self.in_flight == 0
+
+
+@dataclass(frozen=True)
+class Shard:
+    id: int
+    key: str
+    status: str
+    records: int
+    bytes: int
+    sha256: str | None
+    md5: str | None
+    etag: str | None
+    checksum: str | None
+    written_at: float | None
+    uploaded_at: float | None
+    upload_attempts: int
+    last_error: str | None
+    # Bumped every time the shard is (re)assigned: a writer that read the lines before a
+    # regenerated result landed must not mark the newer assignment written.
+    version: int = 1
+
+
+@dataclass(frozen=True)
+class ShardLine:
+    """Everything one shard line needs (the writer owns the line's JSON shape)."""
+    id: str
+    messages: list[dict[str, Any]]
+    content: str | None
+    reasoning_content: str | None
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    reasoning_tokens: int | None
+    max_tokens: int | None
+    model: str | None
+    server: str | None
+    attempts: int
+    finished_at: float | None
+
+
+@dataclass(frozen=True)
+class Event:
+    id: int
+    time: float
+    kind: str
+    subject: str
+    detail: dict[str, Any] = field(default_factory=dict)
+    actor: str = ""
+
+
+@dataclass(frozen=True)
+class ServerProcess:
+    """A server process group the daemon started; kept until it is known to be stopped."""
+    name: str
+    pid: int
+    pgid: int
+    argv: list[str]
+    started_at: float

@@ -1,0 +1,154 @@
+"""Done results → JSONL shard files, exactly once.
+
+The order of events is what makes it exactly-once under a kill at any instant:
+1. `Store.assign_shards` decides, in one durable transaction, which prompts form shard N.
+2. The file is built from the DB rows alone (deterministic bytes), written to `<key>.tmp`,
+   fsynced, renamed over `<key>`, and the directory fsynced, so the name holds either the old
+   complete bytes or the new complete bytes.
+3. `Store.mark_shard_written` records it ('written'; the uploader takes it from there).
+A kill before 3 leaves the shard 'assigned' and the next sync rewrites the same bytes under
+the same name; a leftover `.tmp` is removed. A regenerated prompt sends its shard back to
+'assigned': the file is rewritten in place with the new line and goes out again.
+
+The line format (keys in this order, compact JSON, "\n" after each line, lines by prompt id):
+  id, messages (the prompt + {"role": "assistant", "content", "reasoning_content"}),
+  finish_reason, usage {prompt_tokens, completion_tokens, reasoning_tokens, total_tokens},
+  max_tokens, model, server, attempt, time (finished_at, float unix seconds)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from state.crash_points import crash_point
+from state.records import Shard, ShardLine
+from state.store import Store
+
+log = logging.getLogger("supervisor.shards")
+
+TMP_SUFFIX = ".tmp"
+
+
+def line_object(line: ShardLine) -> dict[str, Any]:
+    prompt_tokens = line.prompt_tokens or 0
+    completion_tokens = line.completion_tokens or 0
+    return {
+        "id": line.id,
+        "messages": [*line.messages, {"role": "assistant", "content": line.content,
+                                      "reasoning_content": line.reasoning_content}],
+        "finish_reason": line.finish_reason,
+        "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                  "reasoning_tokens": line.reasoning_tokens or 0,
+                  "total_tokens": prompt_tokens + completion_tokens},
+        "max_tokens": line.max_tokens,
+        "model": line.model,
+        "server": line.server,
+        "attempt": line.attempts,
+        "time": line.finished_at,
+    }
+
+
+def shard_bytes(lines: list[ShardLine]) -> bytes:
+    """The whole file: a pure function of the rows (ordered by id by the store)."""
+    return b"".join(
+        json.dumps(line_object(l), ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        + b"\n" for l in lines)
+
+
+@dataclass(frozen=True)
+class WrittenShard:
+    id: int
+    path: Path
+    records: int
+    bytes: int
+    sha256: str
+    md5: str
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """`path` ends up holding `data` completely, or keeps what it held before."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    crash_point("shard.before_rename")
+    os.replace(tmp, path)
+    # The rename is only durable once the directory entry is on disk.
+    _fsync_dir(path.parent)
+
+
+class ShardWriter:
+    """`sync()` from one thread at a time (the job runs it behind a CapacityLimiter(1))."""
+
+    def __init__(self, store: Store, spool_dir: str | Path, shard_size: int,
+                 key_for: Callable[[int], str]) -> None:
+        if shard_size <= 0:
+            raise ValueError("shard_size must be positive")
+        self.store = store
+        self.spool_dir = Path(spool_dir)
+        self.shard_size = shard_size
+        self.key_for = key_for
+        self._cleaned = False
+
+    def path_for(self, shard: Shard) -> Path:
+        return self.spool_dir / shard.key
+
+    def sync(self, flush: bool = False) -> list[int]:
+        """Assign new shards, then write every assigned one. Returns the ids written."""
+        if not self._cleaned:
+            self.remove_orphan_tmp()
+            self._cleaned = True
+        self.store.assign_shards(self.shard_size, self.key_for, flush)
+        written: list[int] = []
+        for shard in self.store.shards_to_write():
+            if self.write(shard) is not None:
+                written.append(shard.id)
+        return written
+
+    def write(self, shard: Shard) -> WrittenShard | None:
+        lines = self.store.shard_lines(shard.id)
+        data = shard_bytes(lines)
+        path = self.path_for(shard)
+        write_atomically(path, data)
+        crash_point("shard.after_rename")
+        done = WrittenShard(shard.id, path, len(lines), len(data),
+                            hashlib.sha256(data).hexdigest(), hashlib.md5(data).hexdigest())
+        if not self.store.mark_shard_written(shard.id, done.records, done.bytes, done.sha256,
+                                             done.md5, time.time(), version=shard.version):
+            # A regenerated result landed while we wrote: the shard is 'assigned' again
+            # and the next sync writes the newer lines.
+            log.info("shard %s changed while being written; rewriting it next", shard.key)
+            return None
+        log.info("shard %s written: %d records, %d bytes", shard.key, done.records, done.bytes)
+        return done
+
+    def remove_orphan_tmp(self) -> list[Path]:
+        """`.tmp` files a killed writer left behind (never renamed, so never a shard)."""
+        removed: list[Path] = []
+        if not self.spool_dir.is_dir():
+            return removed
+        for tmp in self.spool_dir.rglob("*.jsonl" + TMP_SUFFIX):
+            try:
+                tmp.unlink()
+            except FileNotFoundError:
+                continue
+            removed.append(tmp)
+            log.info("removed %s, left by an interrupted shard write", tmp)
+        return removed
