@@ -40,7 +40,7 @@ from supervisor.dispatch.dispatcher import Dispatcher  # noqa: E402
 from supervisor.job import shard_key_for  # noqa: E402
 from supervisor.servers.endpoint import Endpoint  # noqa: E402
 from supervisor.shard_writer import ShardWriter  # noqa: E402
-from tests.conftest import free_port, sim_argv, wait_healthy  # noqa: E402
+from tests.support import free_port, sim_argv, wait_healthy  # noqa: E402
 
 
 def start_sims(count: int, flags: list[str]) -> list[tuple[subprocess.Popen, str]]:

@@ -13,7 +13,7 @@ import pytest
 from state.store import Store
 from supervisor.servers.endpoint import Endpoint
 
-from ..conftest import free_port, shared_prompts
+from tests.support import free_port, shared_prompts
 from .helpers import db_rows, dispatching, job_config, open_store, serve_until, wait_until
 
 ODD_SERVER = Path(__file__).with_name("odd_server.py")
