@@ -1,0 +1,71 @@
+"""The batch scheduler's one property the daemon depends on: at most --max-running-requests
+requests decode at once; the rest wait in a queue, first come first served.
+
+The counters here feed /metrics (sglang:num_running_reqs, sglang:num_queue_reqs,
+sglang:gen_throughput, sglang:generation_tokens_total) and /server_info, and the peaks let a
+test prove the limit held without sampling at the right instant.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+from typing import AsyncIterator
+
+import anyio
+
+
+@dataclass
+class BatchStats:
+    running: int = 0
+    queued: int = 0
+    peak_running: int = 0
+    peak_queued: int = 0
+    requests_total: int = 0          # finished (answered) requests
+    prompt_tokens_total: int = 0
+    generation_tokens_total: int = 0
+    # (monotonic time, tokens) of recent completions, for a windowed gen throughput
+    # like SGLang's (it reports tokens/s over its last logging interval, not since start).
+    recent: deque[tuple[float, int]] = field(default_factory=deque)
+
+    def gen_throughput(self, window_s: float = 10.0) -> float:
+        now = time.monotonic()
+        while self.recent and self.recent[0][0] < now - window_s:
+            self.recent.popleft()
+        return sum(t for _, t in self.recent) / window_s
+
+
+class BatchSlots:
+    def __init__(self, max_running: int) -> None:
+        self.max_running = max_running
+        self._slots = anyio.Semaphore(max_running)
+        self.stats = BatchStats()
+
+    @asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """Hold one decode slot; waits in the queue while all are taken."""
+        s = self.stats
+        s.queued += 1
+        s.peak_queued = max(s.peak_queued, s.queued)
+        try:
+            await self._slots.acquire()
+        finally:
+            s.queued -= 1
+        s.running += 1
+        s.peak_running = max(s.peak_running, s.running)
+        try:
+            yield
+        finally:
+            s.running -= 1
+            self._slots.release()
+
+    def finished(self, prompt_tokens: int, completion_tokens: int) -> None:
+        s = self.stats
+        s.requests_total += 1
+        s.prompt_tokens_total += prompt_tokens
+        s.generation_tokens_total += completion_tokens
+        s.recent.append((time.monotonic(), completion_tokens))
+        if len(s.recent) > 100_000:      # instant mode: bound memory, not accuracy
+            s.recent.popleft()

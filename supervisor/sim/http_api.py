@@ -1,0 +1,188 @@
+"""The simulator's HTTP surface: SGLang's endpoints plus /sim/* for tests and demos.
+
+SGLang answers /health and /health_generate with 503 until the model is loaded and warmed
+up, then 200 with an empty body; the daemon's READY transition hangs on exactly that.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from .batch_slots import BatchSlots
+from .chat_completion import BadRequest, ChatHandler, error_body
+from .faults import FaultState
+from .options import FAULTS, SimOptions
+
+SGLANG_VERSION = "0.5.4 (simulated)"
+
+
+@dataclass
+class SimRuntime:
+    """Everything one simulated server knows; routes and the lifecycle share it."""
+    opts: SimOptions
+    slots: BatchSlots
+    faults: FaultState
+    ready: bool = False
+    started_at: float = field(default_factory=time.time)
+    completed: int = 0
+    chat: ChatHandler = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.chat = ChatHandler(self.opts, self.slots, self.faults, self._on_finished)
+
+    def _on_finished(self) -> None:
+        self.completed += 1
+        after = self.opts.fault_after_requests
+        if after is not None and self.completed == after and self.opts.fault != "none":
+            self.trigger_soon(self.opts.fault)
+
+    def trigger_soon(self, fault: str) -> None:
+        """Apply a fault once the current response is on its way (crash, oom and hang never
+        return, so doing it inline would lose the answer that triggered it)."""
+        asyncio.get_running_loop().call_later(0.05, self.faults.apply, fault)
+
+
+def _model_info(rt: SimRuntime) -> dict[str, Any]:
+    return {"model_path": rt.opts.model_path, "tokenizer_path": rt.opts.model_path,
+            "is_generation": True, "preferred_sampling_params": None,
+            "weight_version": "default", "has_image_understanding": False,
+            "has_audio_understanding": False, "model_type": "qwen3_next",
+            "architectures": ["Qwen3NextForCausalLM"]}
+
+
+def _server_info(rt: SimRuntime) -> dict[str, Any]:
+    s = rt.slots.stats
+    info = rt.opts.server_args()
+    info.update({
+        "version": SGLANG_VERSION,
+        "internal_states": [{
+            "last_gen_throughput": s.gen_throughput(),
+            "#running-req": s.running, "#queue-req": s.queued,
+            "max_total_num_tokens": _max_total_tokens(rt.opts),
+        }],
+        # Not in real SGLang: the simulator's own settings and counters, for tests.
+        "sim": _sim_state(rt),
+    })
+    return info
+
+
+def _max_total_tokens(opts: SimOptions) -> int:
+    # A plausible KV pool: grows with the memory fraction the operator gave the server.
+    return int(opts.mem_fraction_static * 1_000_000)
+
+
+def _sim_state(rt: SimRuntime) -> dict[str, Any]:
+    s = rt.slots.stats
+    o = rt.opts
+    return {"ready": rt.ready, "fault": rt.faults.fault, "empty_rate": rt.faults.empty_rate,
+            "running": s.running, "queued": s.queued, "peak_running": s.peak_running,
+            "peak_queued": s.peak_queued, "requests_total": s.requests_total,
+            "generation_tokens_total": s.generation_tokens_total,
+            "tokens_per_s": o.tokens_per_s, "time_scale": o.time_scale, "instant": o.instant,
+            "seed": o.seed, "startup_s": o.startup_s, "children": [c.pid for c in rt.faults.children],
+            "unknown_flags": o.unknown}
+
+
+def _metrics_text(rt: SimRuntime) -> str:
+    s = rt.slots.stats
+    label = '{model_name="%s"}' % rt.opts.model_name.replace('"', '\\"')
+    rows = [
+        ("num_running_reqs", "gauge", "The number of running requests.", s.running),
+        ("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", s.queued),
+        ("gen_throughput", "gauge", "The generation throughput (token/s).", s.gen_throughput()),
+        ("token_usage", "gauge", "The token usage.", min(1.0, s.running / rt.slots.max_running)),
+        ("prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+         s.prompt_tokens_total),
+        ("generation_tokens_total", "counter", "Number of generation tokens processed.",
+         s.generation_tokens_total),
+        ("num_requests_total", "counter", "Number of requests processed.", s.requests_total),
+    ]
+    out = []
+    for name, kind, help_text, value in rows:
+        out.append(f"# HELP sglang:{name} {help_text}\n# TYPE sglang:{name} {kind}\n"
+                   f"sglang:{name}{label} {float(value)}\n")
+    return "".join(out)
+
+
+def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
+    async def health(_: Request) -> Response:
+        return Response(status_code=200 if rt.ready else 503)
+
+    async def models(_: Request) -> Response:
+        return JSONResponse({"object": "list", "data": [{
+            "id": rt.opts.model_name, "object": "model", "created": int(rt.started_at),
+            "owned_by": "sglang", "root": rt.opts.model_path,
+            "max_model_len": rt.opts.context_length}]})
+
+    async def model_info(_: Request) -> Response:
+        return JSONResponse(_model_info(rt))
+
+    async def server_info(_: Request) -> Response:
+        return JSONResponse(_server_info(rt))
+
+    async def metrics(_: Request) -> Response:
+        if not rt.opts.enable_metrics:
+            return PlainTextResponse("Not Found", status_code=404)
+        return PlainTextResponse(_metrics_text(rt), media_type="text/plain; version=0.0.4")
+
+    async def chat(request: Request) -> Response:
+        if not rt.ready:
+            return JSONResponse(error_body("The server is not ready yet.", 503,
+                                           "ServiceUnavailable"), status_code=503)
+        try:
+            body = json.loads(await request.body())
+        except ValueError as exc:
+            return JSONResponse(error_body(f"Invalid JSON body: {exc}"), status_code=400)
+        try:
+            return JSONResponse(await rt.chat.complete(body))
+        except BadRequest as exc:
+            return JSONResponse(error_body(str(exc)), status_code=400)
+
+    async def sim_fault(request: Request) -> Response:
+        try:
+            body = json.loads(await request.body() or b"{}")
+        except ValueError as exc:
+            return JSONResponse(error_body(f"Invalid JSON body: {exc}"), status_code=400)
+        if not isinstance(body, dict):
+            return JSONResponse(error_body("body must be a JSON object"), status_code=400)
+        fault = body.get("fault")
+        rate = body.get("empty_rate")
+        if fault is not None and fault not in FAULTS:
+            return JSONResponse(error_body(f"fault must be one of {', '.join(FAULTS)}"),
+                                status_code=400)
+        if rate is not None:
+            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+                return JSONResponse(error_body("empty_rate must be a number within [0, 1]"),
+                                    status_code=400)
+            rt.faults.empty_rate = float(rate)
+        if fault in ("none", "stall"):
+            rt.faults.apply(fault)
+        elif fault is not None:
+            rt.trigger_soon(fault)
+        return JSONResponse({"fault": fault or rt.faults.fault,
+                             "empty_rate": rt.faults.empty_rate})
+
+    async def sim_state(_: Request) -> Response:
+        return JSONResponse(_sim_state(rt))
+
+    routes = [
+        Route("/health", health, methods=["GET", "HEAD"]),
+        Route("/health_generate", health, methods=["GET", "HEAD"]),
+        Route("/v1/models", models),
+        Route("/model_info", model_info), Route("/get_model_info", model_info),
+        Route("/server_info", server_info), Route("/get_server_info", server_info),
+        Route("/metrics", metrics),
+        Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/sim/fault", sim_fault, methods=["POST"]),
+        Route("/sim/state", sim_state),
+    ]
+    return Starlette(routes=routes, lifespan=lifespan)

@@ -1,0 +1,139 @@
+"""The simulator's command line: SGLang's launch flags plus its own `--sim-*` flags.
+
+The daemon launches the simulator exactly as it launches `python -m sglang.launch_server`, with
+whatever pass-through flags the operator configured. SGLang renames and adds flags between
+releases, so an unknown flag is a warning here, never an error: a config written for a newer
+SGLang must still start the simulator.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+FAULTS = ("none", "crash", "oom", "hang", "stall")
+
+
+@dataclass(frozen=True)
+class SimOptions:
+    # SGLang's own flags (the subset whose values change what the simulator does or reports).
+    model_path: str
+    host: str
+    port: int
+    max_running_requests: int
+    mem_fraction_static: float
+    max_mamba_cache_size: int | None
+    context_length: int
+    reasoning_parser: str | None
+    tp_size: int
+    dp_size: int
+    enable_metrics: bool
+    served_model_name: str | None
+    # The simulator's behaviour.
+    startup_s: float
+    tokens_per_s: float
+    time_scale: float
+    instant: bool
+    seed: int
+    fault: str
+    fault_after_s: float | None
+    fault_after_requests: int | None
+    empty_rate: float
+    children: int
+    unknown: list[str] = field(default_factory=list)
+
+    @property
+    def model_name(self) -> str:
+        """What /v1/models and responses call the model (SGLang: served name, else the path)."""
+        return self.served_model_name or self.model_path
+
+    def server_args(self) -> dict[str, Any]:
+        """The settings echoed by /server_info, named as SGLang's ServerArgs names them."""
+        return {
+            "model_path": self.model_path, "tokenizer_path": self.model_path,
+            "host": self.host, "port": self.port,
+            "max_running_requests": self.max_running_requests,
+            "mem_fraction_static": self.mem_fraction_static,
+            "max_mamba_cache_size": self.max_mamba_cache_size,
+            "context_length": self.context_length,
+            "reasoning_parser": self.reasoning_parser,
+            "tp_size": self.tp_size, "dp_size": self.dp_size,
+            "enable_metrics": self.enable_metrics,
+            "served_model_name": self.model_name,
+        }
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m supervisor.sim", allow_abbrev=False,
+        description="A simulated SGLang server (no GPU): SGLang's HTTP API, slot-limited "
+                    "batching, slow start and SGLang's failure modes.")
+    g = p.add_argument_group("SGLang flags")
+    g.add_argument("--model-path", "--model", dest="model_path", default="sim/model")
+    g.add_argument("--host", default="127.0.0.1")
+    g.add_argument("--port", type=int, default=30000)
+    g.add_argument("--max-running-requests", type=int, default=32)
+    g.add_argument("--mem-fraction-static", type=float, default=0.88)
+    g.add_argument("--max-mamba-cache-size", type=int, default=None)
+    g.add_argument("--context-length", type=int, default=32768)
+    g.add_argument("--reasoning-parser", default=None)
+    g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
+    g.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
+    g.add_argument("--enable-metrics", action="store_true")
+    g.add_argument("--served-model-name", default=None)
+    # Accepted and ignored quietly: common flags that change nothing a simulator can show.
+    for flag in ("--tokenizer-path", "--dtype", "--kv-cache-dtype", "--log-level",
+                 "--chunked-prefill-size", "--cuda-graph-max-bs", "--schedule-policy",
+                 "--attention-backend", "--speculative-algorithm", "--quantization"):
+        g.add_argument(flag, default=None)
+    for flag in ("--trust-remote-code", "--disable-cuda-graph", "--disable-radix-cache",
+                 "--enable-cache-report", "--skip-server-warmup"):
+        g.add_argument(flag, action="store_true")
+
+    s = p.add_argument_group("simulator flags")
+    s.add_argument("--sim-startup-s", type=float, default=0.0,
+                   help="seconds spent 'loading the model' (health answers 503)")
+    s.add_argument("--sim-tokens-per-s", type=float, default=50.0,
+                   help="decode speed of one request")
+    s.add_argument("--sim-time-scale", type=float, default=1.0,
+                   help="divide every duration by this (run a day's shape in minutes)")
+    s.add_argument("--sim-instant", action="store_true", help="answer at once (benchmarks)")
+    s.add_argument("--sim-seed", type=int, default=0)
+    s.add_argument("--sim-fault", choices=FAULTS, default="none")
+    s.add_argument("--sim-fault-after-s", type=float, default=None,
+                   help="trigger the fault this long after ready (scaled)")
+    s.add_argument("--sim-fault-after-requests", type=int, default=None,
+                   help="trigger the fault after this many completed requests")
+    s.add_argument("--sim-empty-rate", type=float, default=0.0,
+                   help="share of prompts answered with empty content and no reasoning")
+    s.add_argument("--sim-children", type=int, default=0,
+                   help="sleeping child processes in our process group (like SGLang's "
+                        "scheduler and detokenizer)")
+    return p
+
+
+def parse_options(argv: Sequence[str]) -> SimOptions:
+    ns, unknown = _parser().parse_known_args(list(argv))
+    if unknown:
+        print(f"WARNING: simulator ignores unknown flags: {' '.join(unknown)}",
+              file=sys.stderr, flush=True)
+    if ns.sim_time_scale <= 0 or ns.sim_tokens_per_s <= 0:
+        raise SystemExit("--sim-time-scale and --sim-tokens-per-s must be > 0")
+    if not 0.0 <= ns.sim_empty_rate <= 1.0:
+        raise SystemExit("--sim-empty-rate must be within [0, 1]")
+    if ns.max_running_requests < 1:
+        raise SystemExit("--max-running-requests must be >= 1")
+    return SimOptions(
+        model_path=ns.model_path, host=ns.host, port=ns.port,
+        max_running_requests=ns.max_running_requests,
+        mem_fraction_static=ns.mem_fraction_static,
+        max_mamba_cache_size=ns.max_mamba_cache_size, context_length=ns.context_length,
+        reasoning_parser=ns.reasoning_parser, tp_size=ns.tp_size, dp_size=ns.dp_size,
+        enable_metrics=ns.enable_metrics, served_model_name=ns.served_model_name,
+        startup_s=ns.sim_startup_s, tokens_per_s=ns.sim_tokens_per_s,
+        time_scale=ns.sim_time_scale, instant=ns.sim_instant, seed=ns.sim_seed,
+        fault=ns.sim_fault, fault_after_s=ns.sim_fault_after_s,
+        fault_after_requests=ns.sim_fault_after_requests, empty_rate=ns.sim_empty_rate,
+        children=ns.sim_children, unknown=unknown)
