@@ -27,7 +27,7 @@ async def test_requeue_truncated_replaces_lines_in_place(tmp_path, sim_server):
     out.mkdir()
     writer = ShardWriter(store, out, 25, shard_key_for(None))
     try:
-        cfg = job_config(tmp_path, generation={"max_tokens": 300})
+        cfg = job_config(tmp_path, generation={"max_tokens": 4096})
         async with dispatching(store, cfg) as (d, astore):
             ep = Endpoint("gpu0", sim.base_url, 8)
             await serve_until(d, astore, ep, lambda c: c.done == len(rows))
