@@ -51,6 +51,10 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 class SimServer:
     proc: subprocess.Popen
     port: int
+    log: Path | None = None         # its stdout and stderr, merged
+
+    def log_text(self) -> str:
+        return self.log.read_text(errors="replace") if self.log is not None else ""
 
     @property
     def base_url(self) -> str:

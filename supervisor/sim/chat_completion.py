@@ -106,13 +106,26 @@ class ChatHandler:
         if prompt_tokens >= opts.context_length:
             raise BadRequest(f"The input ({prompt_tokens} tokens) is longer than the model's "
                              f"context length ({opts.context_length} tokens).")
+        max_tokens = req.max_tokens
+        if max_tokens is not None and max_tokens + prompt_tokens >= opts.context_length:
+            # SGLang's tokenizer manager refuses this too, unless --allow-auto-truncate
+            # lets it shrink the budget to what the context leaves.
+            if not opts.allow_auto_truncate:
+                raise BadRequest(
+                    "Requested token count exceeds the model's maximum context length of "
+                    f"{opts.context_length} tokens. You requested a total of "
+                    f"{max_tokens + prompt_tokens} tokens: {prompt_tokens} tokens from the "
+                    f"input messages and {max_tokens} tokens for the completion. Please reduce "
+                    "the number of tokens in the input messages or the completion to fit "
+                    "within the limit.")
+            max_tokens = max(0, opts.context_length - prompt_tokens)
         digest = prompt_digest(req.messages, opts.seed)
         if is_empty(digest, self.faults.empty_rate):
             plan = OutputPlan(1, 0, 0, "stop", True)
             message: dict[str, Any] = {"role": "assistant", "content": "",
                                        "reasoning_content": None, "tool_calls": None}
         else:
-            plan = plan_output(digest, max_tokens=req.max_tokens, thinking=req.thinking,
+            plan = plan_output(digest, max_tokens=max_tokens, thinking=req.thinking,
                                room=opts.context_length - prompt_tokens)
             message = _message(plan, req, text_offset(digest))
         async with self.slots.slot():

@@ -31,6 +31,7 @@ class SimOptions:
     dp_size: int
     enable_metrics: bool
     served_model_name: str | None
+    allow_auto_truncate: bool
     # The simulator's behaviour.
     startup_s: float
     tokens_per_s: float
@@ -61,6 +62,7 @@ class SimOptions:
             "reasoning_parser": self.reasoning_parser,
             "tp_size": self.tp_size, "dp_size": self.dp_size,
             "enable_metrics": self.enable_metrics,
+            "allow_auto_truncate": self.allow_auto_truncate,
             "served_model_name": self.model_name,
         }
 
@@ -83,6 +85,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
     g.add_argument("--enable-metrics", action="store_true")
     g.add_argument("--served-model-name", default=None)
+    g.add_argument("--allow-auto-truncate", action="store_true")
     # Accepted and ignored quietly: common flags that change nothing a simulator can show.
     for flag in ("--tokenizer-path", "--dtype", "--kv-cache-dtype", "--log-level",
                  "--chunked-prefill-size", "--cuda-graph-max-bs", "--schedule-policy",
@@ -132,6 +135,7 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         max_mamba_cache_size=ns.max_mamba_cache_size, context_length=ns.context_length,
         reasoning_parser=ns.reasoning_parser, tp_size=ns.tp_size, dp_size=ns.dp_size,
         enable_metrics=ns.enable_metrics, served_model_name=ns.served_model_name,
+        allow_auto_truncate=ns.allow_auto_truncate,
         startup_s=ns.sim_startup_s, tokens_per_s=ns.sim_tokens_per_s,
         time_scale=ns.sim_time_scale, instant=ns.sim_instant, seed=ns.sim_seed,
         fault=ns.sim_fault, fault_after_s=ns.sim_fault_after_s,

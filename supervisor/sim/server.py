@@ -68,6 +68,9 @@ def serve(opts: SimOptions) -> int:
             yield
         finally:
             task.cancel()
+            # Here, not after server.run(): uvicorn re-raises SIGTERM once it has shut down,
+            # which ends the process before any code after run() would execute.
+            kill_children(rt.faults.children)
 
     app = build_app(rt, lifespan=lifespan)
     # A short graceful window: SGLang exits promptly on SIGTERM, and a stalled batch would

@@ -37,12 +37,12 @@ async def test_requeue_truncated_replaces_lines_in_place(tmp_path, sim_server):
             truncated = {i for i, l in before.items() if l["finish_reason"] == "length"}
             assert truncated and len(truncated) < len(rows)     # the sim's long tail
 
-            await d.set_max_tokens(100_000, "test")
+            await d.set_max_tokens(30_000, "test")
             assert await d.requeue_truncated("test") == len(truncated)
             await serve_until(d, astore, ep, lambda c: c.done == len(rows))
             await d.flush()
             # Nothing at the old limit is left to requeue.
-            assert await astore.call(Store.requeue_truncated, 100_000) == 0
+            assert await astore.call(Store.requeue_truncated, 30_000) == 0
             writer.sync(True)
     finally:
         store.close()
@@ -52,7 +52,7 @@ async def test_requeue_truncated_replaces_lines_in_place(tmp_path, sim_server):
     assert len(list(out.glob("*.jsonl"))) == 3                   # same shards, rewritten
     for line in after:
         if line["id"] in truncated:
-            assert line["max_tokens"] == 100_000 and line["attempt"] == 2
+            assert line["max_tokens"] == 30_000 and line["attempt"] == 2
         else:
             assert line == before[line["id"]]                    # untouched lines unchanged
     [(count,)] = db_rows(tmp_path, "select count(*) from events where kind='requeue_truncated'")
