@@ -213,8 +213,8 @@ class Store:
         so the output never loses a line meanwhile."""
         with self._tx() as conn:
             n = conn.execute(
-                "UPDATE prompts SET status = 'pending' WHERE status = 'done' "
-                "AND finish_reason = 'length' AND max_tokens < ?", (below_max_tokens,)).rowcount
+                "UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
+                "WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?", (below_max_tokens,)).rowcount
             self._move(conn, DONE, PENDING, n)
         return n
 
@@ -249,14 +249,15 @@ class Store:
     def truncated_count(self, below_max_tokens: int | None = None) -> int:
         """Done prompts that hit their token limit (those under `below_max_tokens` only,
         when given: what requeue_truncated would re-run). Partial-index backed."""
-        sql = "SELECT count(*) FROM prompts WHERE status = 'done' AND finish_reason = 'length'"
+        sql = ("SELECT count(*) FROM prompts INDEXED BY prompts_truncated "
+               "WHERE status = 'done' AND finish_reason = 'length'")
         if below_max_tokens is None:
             return int(self._read(sql)[0][0])
         return int(self._read(sql + " AND max_tokens < ?", (below_max_tokens,))[0][0])
 
     def unsharded_done(self) -> int:
         """Done results not yet in a shard (the next shard fills up from these)."""
-        return int(self._read("SELECT count(*) FROM prompts "
+        return int(self._read("SELECT count(*) FROM prompts INDEXED BY prompts_unsharded "
                               "WHERE status = 'done' AND shard_id IS NULL")[0][0])
 
     def prompt_status(self, prompt_id: str) -> tuple[str, int, str | None] | None:
@@ -317,8 +318,12 @@ class Store:
             (seq,) = conn.execute("SELECT coalesce(max(id), 0) FROM shards").fetchone()
             now = time.time()
             while True:
+                # INDEXED BY: without ANALYZE statistics SQLite picks prompts_status for
+                # "status = 'done'" and sorts every done row on each call, which makes a
+                # million-prompt job quadratic. The partial index holds only unsharded rows.
                 rowids = [r[0] for r in conn.execute(
-                    "SELECT rowid FROM prompts WHERE status = 'done' AND shard_id IS NULL "
+                    "SELECT rowid FROM prompts INDEXED BY prompts_unsharded "
+                    "WHERE status = 'done' AND shard_id IS NULL "
                     "ORDER BY finished_at, rowid LIMIT ?", (shard_size,))]
                 if not rowids or (len(rowids) < shard_size and not flush):
                     break

@@ -53,7 +53,9 @@ async def test_prompt_longer_than_context_fails_with_sglangs_message(tmp_path, s
     rows = _rows(5) + [{"id": "long", "messages": [{"role": "user", "content": "word " * 2000}]}]
     store = open_store(tmp_path, rows)
     try:
-        async with dispatching(store, job_config(tmp_path)) as (d, astore):
+        # max_tokens 100: prompt + budget must fit the 256-token context, as in SGLang.
+        cfg = job_config(tmp_path, generation={"max_tokens": 100})
+        async with dispatching(store, cfg) as (d, astore):
             await serve_until(d, astore, Endpoint("gpu0", sim.base_url, 4),
                               lambda c: c.done + c.failed == len(rows))
     finally:
