@@ -396,6 +396,23 @@ class Store:
             conn.execute("UPDATE shards SET upload_attempts = upload_attempts + 1, "
                          "last_error = ? WHERE id = ?", (error, shard_id))
 
+    def rewrite_shard(self, shard_id: int, sha256: str) -> bool:
+        """A written shard whose spool file is gone or holds other bytes than `sha256` (the
+        digest the DB has) goes back to 'assigned': the writer rebuilds the same bytes from the
+        rows. Nothing changes if the shard moved on meanwhile. Returns whether it was reset."""
+        with self._tx() as conn:
+            return conn.execute(
+                "UPDATE shards SET status = 'assigned', version = version + 1 "
+                "WHERE id = ? AND status = 'written' AND sha256 = ?",
+                (shard_id, sha256)).rowcount == 1
+
+    def last_upload_error(self) -> tuple[str, int, str] | None:
+        """(key, attempts, error) of the newest shard still waiting after a failed upload."""
+        rows = self._read("SELECT key, upload_attempts, last_error FROM shards "
+                          "WHERE status != 'uploaded' AND last_error IS NOT NULL "
+                          "ORDER BY id DESC LIMIT 1")
+        return (rows[0][0], int(rows[0][1]), rows[0][2]) if rows else None
+
     def upload_backlog(self) -> tuple[int, int]:
         """(shards, bytes) not uploaded yet (assigned or written)."""
         n, b = self._read("SELECT count(*), coalesce(sum(bytes), 0) FROM shards "

@@ -118,6 +118,16 @@ class UploadsSection:
     concurrency: int = 4
     keep_local: bool = False
     multipart_threshold_bytes: int = 64 * 1024 * 1024
+    multipart_part_bytes: int = 16 * 1024 * 1024
+    # Send S3's x-amz-checksum-sha256 besides Content-MD5 (off for stores that reject it).
+    sha256_checksum: bool = True
+    # One request's connect/read limit; botocore retries a request a few times within it.
+    timeout_s: float = 60.0
+    # Backoff between failed uploads: doubles from retry_initial_s up to retry_max_s.
+    retry_initial_s: float = 1.0
+    retry_max_s: float = 120.0
+    # At the end of a finished job, how long to wait for the backlog to drain.
+    drain_timeout_s: float = 600.0
     min_free_bytes: int = 1024 * 1024 * 1024
     spool_dir: str = "spool"
 
@@ -292,6 +302,12 @@ def _validate(cfg: JobConfig) -> None:
     positive("uploads.concurrency", u.concurrency)
     if u.multipart_threshold_bytes < 5 * 1024 * 1024:
         raise ConfigError("uploads.multipart_threshold_bytes: S3 parts are at least 5 MiB")
+    if u.multipart_part_bytes < 5 * 1024 * 1024:
+        raise ConfigError("uploads.multipart_part_bytes: S3 parts are at least 5 MiB")
+    for name in ("timeout_s", "retry_initial_s", "retry_max_s", "drain_timeout_s"):
+        positive(f"uploads.{name}", getattr(u, name))
+    if u.retry_max_s < u.retry_initial_s:
+        raise ConfigError("uploads.retry_max_s: must be >= uploads.retry_initial_s")
     if u.min_free_bytes < 0:
         raise ConfigError("uploads.min_free_bytes: must be >= 0")
     out = cfg.job.output

@@ -28,6 +28,12 @@ log = logging.getLogger("supervisor.demo")
 DEMO_TOKENS_PER_S = 60
 DEMO_TIME_SCALE = 20.0
 DEMO_SLOTS = 32
+# A demo's S3 settings: its ~6 MB shards cross S3's smallest multipart size, so both kinds of
+# upload show; short timeouts and backoff so a stopped store is noticed, and recovered from,
+# within the demo's minute.
+DEMO_S3: dict[str, Any] = {"multipart_threshold_bytes": 5 * 1024 * 1024,
+                           "multipart_part_bytes": 5 * 1024 * 1024, "timeout_s": 10.0,
+                           "retry_initial_s": 0.5, "retry_max_s": 4.0, "drain_timeout_s": 120.0}
 
 
 def _free_base_port(count: int, start: int = 31000, stop: int = 60000) -> int:
@@ -72,7 +78,8 @@ def demo_config(directory: Path, *, servers: int, prompts_file: Path, output: st
         "quality": {"window": 200, "min_samples": 50, "max_bad_rate": 0.5,
                     "metrics_window_s": 15.0},
         "uploads": {"spool_dir": "spool", "min_free_bytes": 64 * 1024 * 1024,
-                    **({"endpoint_url": endpoint_url} if endpoint_url else {})},
+                    **({"endpoint_url": endpoint_url} if endpoint_url else {}),
+                    **(DEMO_S3 if output.startswith("s3://") else {})},
         "control": {"socket": str(directory / "control.sock")},
     }
     return parse_config(data, base_dir=directory)
@@ -102,8 +109,13 @@ def write_config_file(path: Path, cfg: JobConfig) -> None:
              f"backoff_initial_s = {s.backoff_initial_s}", f"backoff_max_s = {s.backoff_max_s}",
              "", "[servers.flags]"]
     lines += [f"{k} = {_toml_value(v)}" for k, v in s.flags.items()]
-    if cfg.uploads.endpoint_url:
-        lines += ["", "[uploads]", f"endpoint_url = {_toml_value(cfg.uploads.endpoint_url)}"]
+    u = cfg.uploads
+    lines += ["", "[uploads]", f"spool_dir = {_toml_value(u.spool_dir)}",
+              f"min_free_bytes = {u.min_free_bytes}"]
+    if u.endpoint_url:
+        lines.append(f"endpoint_url = {_toml_value(u.endpoint_url)}")
+    if cfg.output_is_s3:
+        lines += [f"{k} = {_toml_value(getattr(u, k))}" for k in DEMO_S3]
     path.write_text("\n".join(lines) + "\n")
 
 
@@ -236,4 +248,10 @@ def _summary(result: Any, cfg: JobConfig, wall_s: float) -> None:
         print(f"      servers restarted {restarts} times: " + ", ".join(
             f"{srv.name} {srv.last_exit_reason}" for srv in s.servers if srv.restarts))
     where = cfg.job.output if cfg.output_is_s3 else cfg.path(cfg.job.output)
+    u = s.uploads
+    if cfg.output_is_s3 and u is not None:
+        state = f"STOPPED: {u.stopped}" if u.stopped else (
+            f"last error: {u.last_error}" if u.backlog_shards and u.last_error else "ok")
+        print(f"      uploads: {u.uploaded_shards} shards verified in {u.destination} "
+              f"({u.uploaded_bytes / 1e6:.1f} MB), {u.backlog_shards} waiting; {state}")
     print(f"      shards in {where}; run the same command again to resume (nothing is redone)")

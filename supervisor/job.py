@@ -170,6 +170,9 @@ class Job:
                 tg.start_soon(self._shard_loop, writer, shard_limiter, name="shards")
                 if self.uploader is not None:
                     tg.start_soon(self.uploader.run, name="uploads")
+                if getattr(self.disk_guard, "run", None) is not None:
+                    # Samples free space in a thread; paused_reason() only reads the verdict.
+                    tg.start_soon(self.disk_guard.run, name="disk guard")
                 if self.handle_signals:
                     tg.start_soon(self._signals, tg.cancel_scope, name="signals")
                 await self._watch(astore, fleet)

@@ -77,8 +77,13 @@ def progress_line(s: JobStatus) -> str:
         parts.append(f"failed {s.failed}")
     if s.uploads is not None:
         backlog = getattr(s.uploads, "backlog_shards", None)
-        if backlog is not None:
-            parts.append(f"S3 backlog {backlog}")
+        # A local output's "backlog" is only the shard being checked: not worth a column.
+        if backlog is not None and getattr(s.uploads, "remote", True):
+            nbytes = getattr(s.uploads, "backlog_bytes", 0) or 0
+            parts.append(f"S3 backlog {backlog} ({nbytes / 1e6:.0f} MB)")
+        stopped = getattr(s.uploads, "stopped", None)
+        if stopped:
+            parts.append(f"UPLOADS STOPPED: {stopped}")
     if s.dispatch.paused:
         parts.append("PAUSED: " + "; ".join(s.dispatch.paused.values()))
     return "  ".join(parts)

@@ -1,0 +1,34 @@
+"""The job's uploader and disk guard, built from its config."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from state.async_store import AsyncStore
+from supervisor.config import JobConfig
+from supervisor.uploads.backoff import Backoff
+from supervisor.uploads.disk_guard import DiskGuard
+from supervisor.uploads.local_sink import LocalDirSink
+from supervisor.uploads.s3_client import S3Location
+from supervisor.uploads.s3_sink import S3Sink
+from supervisor.uploads.sink import Sink
+from supervisor.uploads.uploader import Uploader
+
+
+def build_sink(config: JobConfig, spool: Path) -> Sink:
+    if config.output_is_s3:
+        return S3Sink(S3Location.parse(config.job.output), config.uploads)
+    return LocalDirSink(config.path(config.job.output), spool)
+
+
+def build_uploads(config: JobConfig, astore: AsyncStore,
+                  spool: Path) -> tuple[Uploader, DiskGuard]:
+    """For an S3 output, the uploader moves shards from the spool to the bucket; for a local
+    one it verifies each file in the output directory, so 'uploaded' means "delivered" for
+    both. The disk guard watches the spool either way: that is where shards are written."""
+    u = config.uploads
+    uploader = Uploader(astore, build_sink(config, spool), spool, concurrency=u.concurrency,
+                        keep_local=u.keep_local,
+                        backoff=Backoff(u.retry_initial_s, u.retry_max_s),
+                        drain_timeout_s=u.drain_timeout_s)
+    return uploader, DiskGuard(spool, u.min_free_bytes)
