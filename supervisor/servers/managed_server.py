@@ -218,8 +218,6 @@ class ManagedServer:
                                   list(proc.argv), proc.started_at)
         outcome = await self._await_ready(proc, spec)
         if isinstance(outcome, _Ready):
-            await self._transition(S.READY, "/health_generate answered 200", pid=proc.pid,
-                                   max_running=self.max_running)
             outcome = await self._serve(proc, spec)
         await self._end(proc, outcome)
 
@@ -250,7 +248,6 @@ class ManagedServer:
 
     async def _serve(self, proc: ServerProcess, spec: ServerSpec) -> _Request | _Failure:
         endpoint = Endpoint(self.name, spec.base_url, self.max_running)
-        self.endpoint = endpoint
         draining = anyio.Event()
         serve_done = anyio.Event()
         serve_scope = anyio.CancelScope()
@@ -263,7 +260,12 @@ class ManagedServer:
             finally:
                 serve_done.set()
 
+        # The endpoint is published before READY is: whoever wakes on the transition (a
+        # rolling restart waiting for this server) finds the limit the server now serves at.
+        self.endpoint = endpoint
         try:
+            await self._transition(S.READY, "/health_generate answered 200", pid=proc.pid,
+                                   max_running=endpoint.max_running)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(serve)
                 with decision.scope:

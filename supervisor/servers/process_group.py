@@ -121,7 +121,7 @@ def stop_group(pgid: int, grace_s: float, leader: ServerProcess | None = None,
             return "terminated"
         time.sleep(poll_s)
     survivors = group_members(pgid)
-    log.warning("process group %d did not stop within %.0f s; sending SIGKILL to %s",
+    log.warning("process group %d did not stop within %g s; sending SIGKILL to %s",
                 pgid, grace_s, survivors)
     signal_group(pgid, signal.SIGKILL)
     deadline = time.monotonic() + kill_wait_s

@@ -25,6 +25,7 @@ from supervisor.config import JobConfig, parse_config
 from supervisor.demo_prompts import write_demo_prompts
 from supervisor.gpu.fake_source import FakeGpuSource
 from supervisor.job import Job, JobResult
+from supervisor.job_status import JobStatus
 from supervisor.servers.fleet import FleetOptions
 from supervisor.servers.server_state import ServerState
 
@@ -97,9 +98,12 @@ Driver = Callable[[Job], Awaitable[None]]
 
 
 async def run_job(config: JobConfig, driver: Driver | None = None, *, timeout_s: float = 60.0,
-                  base_env: dict[str, str] | None = None) -> tuple[Job, JobResult]:
-    """Run the job to its end while `driver` acts on it; both must finish in time."""
+                  base_env: dict[str, str] | None = None,
+                  on_status: Callable[[JobStatus], None] | None = None) -> tuple[Job, JobResult]:
+    """Run the job to its end while `driver` acts on it; both must finish in time.
+    `on_status` sees each status the job's own loop takes, up to the one that ends it."""
     job = Job(config, fleet_options=fast_fleet(base_env), status_interval_s=0.05,
+              on_status=on_status,
               gpu_source=FakeGpuSource(count=len(config.servers.gpu_list)),
               handle_signals=False)
     result: JobResult | None = None
@@ -156,11 +160,15 @@ async def sim_fault(port: int, fault: str) -> None:
         resp.raise_for_status()
 
 
-async def sim_state(port: int) -> dict[str, Any]:
+async def sim_get(port: int, path: str) -> Any:
     async with httpx.AsyncClient(trust_env=False) as client:
-        resp = await client.get(f"http://127.0.0.1:{port}/sim/state", timeout=5.0)
+        resp = await client.get(f"http://127.0.0.1:{port}{path}", timeout=5.0)
         resp.raise_for_status()
         return resp.json()
+
+
+async def sim_state(port: int) -> dict[str, Any]:
+    return await sim_get(port, "/sim/state")
 
 
 # -- reading back what happened ---------------------------------------------------------------
@@ -219,8 +227,10 @@ def assert_every_prompt_once(config: JobConfig, result: JobResult, n: int) -> No
 
 
 def recorded_pgids(config: JobConfig) -> list[int]:
-    """Every process group a server ran in, from the STARTING → READY events' pids."""
-    return sorted({t.detail["pid"] for t in transitions(config) if t.to == "READY"})
+    """Every process group a server ran in (each is started in its own session, so its pid
+    is its pgid), from the pids in the READY and STOPPING events."""
+    return sorted({t.detail["pid"] for t in transitions(config)
+                   if t.to in ("READY", "STOPPING") and t.detail.get("pid")})
 
 
 def live_group_members(pgid: int) -> list[int]:
@@ -238,3 +248,23 @@ def live_group_members(pgid: int) -> list[int]:
         if int(fields[2]) == pgid and fields[0] != "Z":
             out.append(int(entry))
     return out
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie (a reaped-later child of a process that is gone holds nothing)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+
+
+def assert_nothing_left(config: JobConfig, extra_pids: list[int] = ()) -> None:
+    """No process is left in any process group a server ran in, none of the given pids
+    (servers' children) is alive, and no server is recorded as running."""
+    pgids = recorded_pgids(config)
+    assert pgids
+    left = {pgid: live_group_members(pgid) for pgid in pgids}
+    assert not any(left.values()), f"processes left in server process groups: {left}"
+    assert not [p for p in extra_pids if alive(p)], "a server's child outlived the daemon"
+    assert query(config, "SELECT name, pid FROM server_processes") == []

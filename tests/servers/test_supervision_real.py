@@ -9,15 +9,21 @@ as an operator would) and the daemon's log lines.
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import sys
 from pathlib import Path
 
+import anyio
 import pytest
 
 from supervisor.job import Job
+from supervisor.job_status import JobStatus
 from supervisor.servers.server_state import ServerState
 
-from .real_job import (assert_every_prompt_once, completed_on, job_config, run_job, sim_fault,
-                       state_of, transitions, wait_fleet, wait_for)
+from .real_job import (WRAPPER, alive, assert_every_prompt_once, assert_nothing_left,
+                       completed_on, job_config, query, run_job, sim_fault, sim_state, state_of,
+                       transitions, wait_fleet, wait_for)
 
 pytestmark = pytest.mark.slow
 
@@ -41,15 +47,17 @@ async def test_fault_is_classified_restarted_and_the_job_finishes_exactly_once(
     caplog.set_level(logging.INFO, logger="supervisor.servers")
     settings, kind = FAULTS[fault]
     prompts = 240
-    cfg = job_config(tmp_path, servers=1, prompts=prompts, **settings)
+    cfg = job_config(tmp_path, servers=1, prompts=prompts, flags={"sim-children": 2}, **settings)
     port = cfg.servers.base_port
     injected: dict[str, int] = {}
+    children: list[int] = []
 
     async def inject(job: Job) -> None:
         await wait_fleet(job)
         # Mid-job, with every slot busy: the requests in flight must come back.
         await wait_for(lambda: completed_on(job, "gpu0") >= 40, "40 completions")
         injected["completed"] = completed_on(job, "gpu0")
+        children.extend((await sim_state(port))["children"])
         await sim_fault(port, fault)
 
     _, result = await run_job(cfg, inject)
@@ -81,3 +89,85 @@ async def test_fault_is_classified_restarted_and_the_job_finishes_exactly_once(
         assert backoff.detail["group"] == "killed"
     else:
         assert "requests in flight, none completed" in backoff.reason
+    assert len(children) == 2
+    assert_nothing_left(cfg, children)
+
+
+async def test_leader_killed_by_signal_9_leaves_children_the_group_stop_takes(
+        tmp_path: Path) -> None:
+    # The kernel's OOM killer picks one process: SGLang's launcher dies, its scheduler
+    # children (holding the GPU's memory) live on in the process group until we stop it.
+    prompts = 160
+    cfg = job_config(tmp_path, servers=1, prompts=prompts, flags={"sim-children": 2})
+    port = cfg.servers.base_port
+    seen: dict[str, object] = {}
+
+    async def kill_leader(job: Job) -> None:
+        fleet = await wait_fleet(job)
+        await wait_for(lambda: completed_on(job, "gpu0") >= 40, "40 completions")
+        children = (await sim_state(port))["children"]
+        leader = fleet.servers["gpu0"].pid
+        os.kill(leader, signal.SIGKILL)
+        seen.update(children=children, leader=leader)
+        await wait_for(lambda: state_of(job, "gpu0") is S.BACKOFF, "BACKOFF")
+        seen["alive_after"] = [p for p in children if alive(p)]
+
+    _, result = await run_job(cfg, kill_leader)
+    assert_every_prompt_once(cfg, result, prompts)
+    backoff = next(t for t in transitions(cfg, "gpu0") if t.to == "BACKOFF")
+    assert backoff.detail["exit_kind"] == "crash" and backoff.detail["signal"] == 9
+    assert "not by us" in backoff.reason
+    # The children were still there when the leader died, so the group had to be stopped...
+    assert backoff.detail["group"] in ("terminated", "killed")
+    # ...and by BACKOFF (before the next start) none of them was left.
+    assert seen["alive_after"] == []
+    assert_nothing_left(cfg, seen["children"])  # type: ignore[arg-type]
+
+
+async def test_server_failing_every_start_ends_failed_while_the_other_finishes(
+        tmp_path: Path) -> None:
+    # gpu1 is a "broken GPU": its server crashes while loading, at every start.
+    prompts = 240
+    cfg = job_config(tmp_path, servers=2, prompts=prompts, command=[sys.executable, str(WRAPPER)],
+                     max_failures=2)
+    env = {**os.environ, "SIM_BROKEN_GPUS": "1"}
+    statuses: list[JobStatus] = []
+
+    async def watch(job: Job) -> None:
+        await wait_fleet(job)
+        assert job.dispatcher is not None
+        held = False
+        # FAILED must come while gpu0 still has work; should gpu1 take unusually long to fail
+        # three times, hold dispatch so the job cannot end before it does.
+        while state_of(job, "gpu1") is not S.FAILED:
+            status = job.last_status
+            if not held and status is not None and status.remaining < prompts // 4:
+                await job.dispatcher.pause("test", "waiting for gpu1 to fail", "test")
+                held = True
+            await anyio.sleep(0.02)
+        if held:
+            await job.dispatcher.resume("test", "test")
+
+    _, result = await run_job(cfg, watch, base_env=env, on_status=statuses.append)
+    assert_every_prompt_once(cfg, result, prompts)
+    # From the moment it FAILED to the status that ended the job, it stayed FAILED: nobody
+    # restarted it, and the job finished without it.
+    states = [{s.name: s.state for s in st.servers}["gpu1"] for st in statuses]
+    first = states.index(S.FAILED)
+    assert set(states[first:]) == {S.FAILED}
+    assert statuses[-1].finished and statuses[first].remaining > 0
+    assert {s.name: s.failures_in_window for s in statuses[-1].servers}["gpu1"] == 3
+    ts = transitions(cfg, "gpu1")
+    assert [t.to for t in ts] == ["STARTING", "STOPPING", "BACKOFF"] * 2 + [
+        "STARTING", "STOPPING", "FAILED", "STOPPED"], [t.to for t in ts]
+    failed = ts[-2]
+    assert failed.detail["exit_kind"] == "crash" and failed.detail["exit_code"] == 1
+    assert failed.detail["failures_in_window"] == 3
+    assert "waiting for an operator" in failed.reason
+    delays = [t.detail["backoff_s"] for t in ts if t.to == "BACKOFF"]
+    assert delays[1] > delays[0]               # exponential, within the jitter
+    # The other server never stopped and did all the work.
+    assert [t.to for t in transitions(cfg, "gpu0")] == ["STARTING", "READY", "STOPPING",
+                                                        "STOPPED"]
+    assert query(cfg, "SELECT server, count(*) FROM prompts GROUP BY server") == [("gpu0", prompts)]
+    assert_nothing_left(cfg)
