@@ -76,3 +76,32 @@ def test_real_help_of_a_python_command(tmp_path: Path, capsys: pytest.CaptureFix
     import sys
     text = check.run_help([sys.executable, str(prog)])
     assert {"--mem-fraction-static", "--port"} <= check.accepted_options(text)
+
+
+def test_example_config_through_the_cli_prints_every_server_command() -> None:
+    # The shipped example, exactly as an operator runs it before `systemctl start`.
+    import importlib.util
+    import shlex
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[2]
+    out = subprocess.run([sys.executable, "-m", "supervisor", "check", "--config",
+                          "systemd/example-config.toml"], cwd=repo, capture_output=True,
+                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+    if importlib.util.find_spec("sglang") is None:
+        assert out.returncode == 0, out.stderr
+        assert "flags not checked" in out.stdout
+    commands = [line.strip() for line in out.stdout.splitlines() if line.startswith("  ")]
+    assert len(commands) == 8
+    for gpu, line in enumerate(commands):
+        env, *argv = shlex.split(line)
+        assert env == f"CUDA_VISIBLE_DEVICES={gpu}"
+        assert argv == ["python", "-m", "sglang.launch_server",
+                        "--model-path", "/models/hybrid-mamba-8b", "--host", "127.0.0.1",
+                        "--port", str(30000 + gpu), "--mem-fraction-static", "0.88",
+                        "--max-running-requests", "48", "--max-mamba-cache-size", "160",
+                        "--context-length", "16384", "--reasoning-parser", "qwen3",
+                        "--enable-metrics"]
+        assert (f"gpu{gpu}: GPUs {gpu}, port {30000 + gpu}, 48 requests in flight, "
+                f"log /var/log/dflash-supervisor/gpu{gpu}.log") in out.stdout
