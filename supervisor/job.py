@@ -159,6 +159,9 @@ class Job:
         dispatcher = self.dispatcher = Dispatcher(astore, cfg)
         self.gpu = self._gpu_sampler()
         self._setup_uploads(astore, spool)
+        if getattr(self.disk_guard, "check", None) is not None:
+            # A first verdict before any server is up: never start dispatching onto a full disk.
+            await anyio.to_thread.run_sync(self.disk_guard.check)
         async with dispatcher.running():
             fleet = self.fleet = Fleet(cfg, astore, dispatcher, self.fleet_options)
             await astore.call(Store.add_event, "job_started", "job",

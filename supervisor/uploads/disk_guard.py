@@ -38,11 +38,12 @@ def _mb(n: int) -> str:
 
 class DiskGuard:
     def __init__(self, path: Path, min_free_bytes: int, *,
-                 free_bytes: Callable[[Path], int] = disk_free_bytes,
+                 free_bytes: Callable[[Path], int] | None = None,
                  interval_s: float = SAMPLE_INTERVAL_S) -> None:
         self.path = Path(path)
         self.min_free_bytes = min_free_bytes
         self.resume_free_bytes = int(min_free_bytes * (1 + RESUME_MARGIN))
+        # None: this module's disk_free_bytes, looked up at each sample (patchable).
         self.free_bytes = free_bytes
         self.interval_s = interval_s
         self.last_free: int | None = None
@@ -53,7 +54,7 @@ class DiskGuard:
         if self.min_free_bytes <= 0:
             return None
         try:
-            free = self.free_bytes(self.path)
+            free = (self.free_bytes or disk_free_bytes)(self.path)
         except OSError as exc:
             # Not knowing is not a reason to stop a day-long job; say so and keep the verdict.
             log.warning("disk guard: cannot read free space of %s: %s", self.path, exc)
