@@ -29,6 +29,10 @@ def main(state: str, events: int = 10) -> int:
         up_shards, up_bytes = store.uploaded_totals()
         print(f"shards   {up_shards} uploaded ({up_bytes / 1e6:.1f} MB), "
               f"{shards} waiting ({nbytes / 1e6:.1f} MB)")
+        failed = store.last_upload_error()
+        if failed is not None:
+            key, attempts, error = failed
+            print(f"uploads  {key} waiting after {attempts} failed uploads: {error[:200]}")
         for e in store.recent_events(events):
             when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.time))
             print(f"{when}  {e.kind:<18} {e.subject:<10} {e.actor:<12} "
