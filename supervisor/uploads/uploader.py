@@ -180,8 +180,9 @@ class Uploader:
             await anyio.to_thread.run_sync(self.sink.prepare, {s.key for s in shards})
         except FatalUploadError as exc:
             await self._stop(str(exc))
-        except TransientUploadError as exc:
-            # Housekeeping only: uploads themselves will find out whether the store is back.
+        except Exception as exc:
+            # Housekeeping only (and never a reason to take the job down): the uploads
+            # themselves will find out whether the store is there.
             log.warning("uploads: could not clear earlier multipart uploads: %s", exc)
         if not self.keep_local:
             done = [self.spool / s.key for s in shards if s.status == "uploaded"]
