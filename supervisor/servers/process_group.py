@@ -110,15 +110,27 @@ def stop_group(pgid: int, grace_s: float, leader: ServerProcess | None = None,
         if leader is not None:
             leader.returncode  # noqa: B018 - reaps the leader so it stops counting
 
+    def empty(result: str) -> str:
+        # The scan skips zombies, so the leader may have died between our poll() and the
+        # scan: collect its status now (the exit event records it), or its Popen would
+        # never learn that it ended. It is dead or a zombie, so this returns at once.
+        if leader is not None and leader.popen.returncode is None:
+            try:
+                leader.popen.wait(timeout=kill_wait_s)
+            except subprocess.TimeoutExpired:
+                log.error("process group %d is empty but its leader %d did not exit",
+                          pgid, leader.pid)
+        return result
+
     reap()
     if not group_members(pgid):
-        return "gone"
+        return empty("gone")
     signal_group(pgid, signal.SIGTERM)
     deadline = time.monotonic() + grace_s
     while time.monotonic() < deadline:
         reap()
         if not group_members(pgid):
-            return "terminated"
+            return empty("terminated")
         time.sleep(poll_s)
     survivors = group_members(pgid)
     log.warning("process group %d did not stop within %g s; sending SIGKILL to %s",
@@ -128,7 +140,7 @@ def stop_group(pgid: int, grace_s: float, leader: ServerProcess | None = None,
     while time.monotonic() < deadline:
         reap()
         if not group_members(pgid):
-            return "killed"
+            return empty("killed")
         time.sleep(poll_s)
     log.error("process group %d survived SIGKILL: %s", pgid, group_members(pgid))
     return "stuck"

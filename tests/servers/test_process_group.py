@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from supervisor.servers.orphans import judge, stop_orphan
 from supervisor.servers.process_group import group_members, spawn, stop_group
@@ -63,6 +64,40 @@ def test_stop_group_polite_and_already_gone(tmp_path: Path) -> None:
     _wait_for_line(log, "children")
     assert stop_group(proc.pgid, grace_s=10, leader=proc) == "terminated"
     assert stop_group(proc.pgid, grace_s=10, leader=proc) == "gone"
+    log.close()
+
+
+def test_a_killed_leader_is_reaped_before_stop_group_returns(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A hung server ignores SIGTERM. After the SIGKILL its leader can turn into a zombie
+    # between our poll() and the /proc scan, which rightly skips zombies; the stop must
+    # still collect its exit status (the exit event records the signal) rather than leave
+    # a Popen that never saw its child end.
+    from supervisor.servers import process_group
+
+    log = ServerLog(tmp_path / "stubborn.log")
+    code = ("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "print('ready', flush=True)\ntime.sleep(600)\n")
+    proc = spawn([sys.executable, "-c", code], dict(os.environ), log, "stubborn")
+    _wait_for_line(log, "ready")
+    real_members, real_signal = process_group.group_members, process_group.signal_group
+    killed = []
+
+    def signal_group(pgid: int, sig: int) -> bool:
+        killed.append(sig == signal.SIGKILL)
+        return real_signal(pgid, sig)
+
+    def members(pgid: int) -> list[int]:
+        if killed and killed[-1]:
+            # Force the losing order: the leader has died (not yet reaped) before the scan.
+            os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
+        return real_members(pgid)
+
+    monkeypatch.setattr(process_group, "signal_group", signal_group)
+    monkeypatch.setattr(process_group, "group_members", members)
+    assert stop_group(proc.pgid, grace_s=0.1, leader=proc, kill_wait_s=10) == "killed"
+    assert proc.popen.returncode == -signal.SIGKILL
+    proc.pump.join(5)
     log.close()
 
 

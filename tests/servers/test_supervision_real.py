@@ -86,7 +86,7 @@ async def test_fault_is_classified_restarted_and_the_job_finishes_exactly_once(
     elif fault == "hang":
         assert "health probe failed 2 times" in backoff.reason
         # It ignores SIGTERM (its loop is blocked): the group had to be killed.
-        assert backoff.detail["group"] == "killed"
+        assert backoff.detail["group"] == "killed" and backoff.detail["signal"] == 9
     else:
         assert "requests in flight, none completed" in backoff.reason
     assert len(children) == 2
