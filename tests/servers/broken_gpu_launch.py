@@ -11,8 +11,13 @@ crash) is added. exec keeps the pid, so the supervisor's process group is the se
 import os
 import sys
 
-argv = [sys.executable, "-m", "supervisor.sim", *sys.argv[1:]]
-broken = os.environ.get("SIM_BROKEN_GPUS", "").split(";")
-if os.environ.get("CUDA_VISIBLE_DEVICES") in broken:
-    argv += ["--sim-fault", os.environ.get("SIM_BROKEN_FAULT", "crash")]
-os.execv(sys.executable, argv)
+def main() -> None:
+    argv = [sys.executable, "-m", "supervisor.sim", *sys.argv[1:]]
+    broken = os.environ.get("SIM_BROKEN_GPUS", "").split(";")
+    if os.environ.get("CUDA_VISIBLE_DEVICES") in broken:
+        argv += ["--sim-fault", os.environ.get("SIM_BROKEN_FAULT", "crash")]
+    os.execv(sys.executable, argv)
+
+
+if __name__ == "__main__":
+    main()
