@@ -217,7 +217,11 @@ class Uploader:
             log.exception("upload of %s failed unexpectedly", shard.key)
             await self._failed(shard, f"{type(exc).__name__}: {exc}")
         else:
-            await self._succeeded(shard, blob, receipt.etag, receipt.checksum, path)
+            # Shielded as a whole: the bytes are verified at the destination, and a job ending
+            # right now must neither lose the mark (a needless re-upload) nor the spool
+            # deletion after it (a copy left behind until the next start). Both are quick.
+            with anyio.CancelScope(shield=True):
+                await self._succeeded(shard, blob, receipt.etag, receipt.checksum, path)
         finally:
             self._in_flight.discard(shard.id)
             self._wake.set()
@@ -225,20 +229,16 @@ class Uploader:
     async def _succeeded(self, shard: Shard, blob: ShardBlob, etag: str | None,
                          checksum: str, path: Path) -> None:
         now = self.clock()
-        # Shielded: the bytes are verified at the destination; losing the mark to a
-        # cancellation would only cost a re-upload, but there is no reason to pay it.
-        with anyio.CancelScope(shield=True):
-            marked = await self.astore.call(Store.mark_shard_uploaded, shard.id, etag, checksum,
-                                            now, sha256=blob.sha256)
+        marked = await self.astore.call(Store.mark_shard_uploaded, shard.id, etag, checksum,
+                                        now, sha256=blob.sha256)
         if not marked:
             log.info("shard %s changed while uploading; its new bytes go out next", shard.key)
             return
         if self.consecutive_failures:
             log.info("uploads to %s work again after %d failures", self.sink.describe(),
                      self.consecutive_failures)
-            with anyio.CancelScope(shield=True):
-                await self.astore.call(Store.add_event, "uploads_recovered", "uploads",
-                                       {"failures": self.consecutive_failures}, ACTOR, now)
+            await self.astore.call(Store.add_event, "uploads_recovered", "uploads",
+                                   {"failures": self.consecutive_failures}, ACTOR, now)
         self.consecutive_failures = 0
         self._not_before = 0.0
         self._failed_ids.pop(shard.id, None)

@@ -225,3 +225,16 @@ def test_backoff_doubles_to_its_cap_with_at_least_half_of_each_step():
     assert b.delay(3, rng=lambda: 0.0) == 2.0 and b.delay(3, rng=lambda: 0.999) < 4.0
     assert b.step(10_000) == 8.0
 
+
+
+async def test_a_job_ending_as_a_put_completes_still_marks_it_and_removes_the_copy(tmp_path):
+    store, _, spool = store_with_shards(tmp_path, 5, 5)
+    sink = FakeSink()
+    up = uploader(store, sink, spool)
+    async with anyio.create_task_group() as tg:
+        # The job's end (its task group cancelled) lands while the bytes are on their way.
+        sink.on_put = lambda blob: anyio.from_thread.run_sync(tg.cancel_scope.cancel)
+        tg.start_soon(up.run)
+    [shard] = store.shards()
+    assert shard.status == "uploaded" and sink.objects[shard.key]
+    assert not (spool / shard.key).exists()
