@@ -11,6 +11,7 @@ crash) is added. exec keeps the pid, so the supervisor's process group is the se
 import os
 import sys
 
+
 def main() -> None:
     argv = [sys.executable, "-m", "supervisor.sim", *sys.argv[1:]]
     broken = os.environ.get("SIM_BROKEN_GPUS", "").split(";")

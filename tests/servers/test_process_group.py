@@ -16,19 +16,22 @@ from supervisor.servers.orphans import judge, stop_orphan
 from supervisor.servers.process_group import group_members, spawn, stop_group
 from supervisor.servers.server_log import ServerLog
 
-# Prints its children's pids, then waits; the children ignore SIGTERM when asked to.
+# Prints its children's pids, then waits; the children ignore SIGTERM when asked to. They
+# inherit the ignoring from before the fork, so it holds from their first instant: set in
+# the child, a SIGTERM sent right after the "children" line could beat it.
 FAMILY = r"""
 import os, signal, sys, time
 ignore = sys.argv[1] == "ignore"
+if ignore:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
 pids = []
 for _ in range(2):
     pid = os.fork()
     if pid == 0:
-        if ignore:
-            signal.signal(signal.SIGTERM, signal.SIG_IGN)
         time.sleep(600)
         os._exit(0)
     pids.append(pid)
+signal.signal(signal.SIGTERM, signal.SIG_DFL)
 print("children", *pids, flush=True)
 time.sleep(600)
 """
