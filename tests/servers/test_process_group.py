@@ -91,8 +91,9 @@ def test_a_killed_leader_is_reaped_before_stop_group_returns(
         return real_signal(pgid, sig)
 
     def members(pgid: int) -> list[int]:
-        if killed and killed[-1]:
+        if killed and killed[-1] and proc.popen.returncode is None:
             # Force the losing order: the leader has died (not yet reaped) before the scan.
+            killed.append(False)
             os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOWAIT)
         return real_members(pgid)
 
@@ -133,6 +134,10 @@ def test_reused_pid_is_left_alone(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", "import time; time.sleep(600)"]
     other = subprocess.Popen(argv, start_new_session=True)
     try:
+        # Until its exec the child still shows our own command line.
+        deadline = time.monotonic() + 10
+        while psutil.Process(other.pid).cmdline() != argv and time.monotonic() < deadline:
+            time.sleep(0.01)
         ct = psutil.Process(other.pid).create_time()
         # Same pid, but the record says it started an hour earlier: a different program.
         assert judge("gpu0", other.pid, other.pid, argv, ct - 3600).pids == ()
