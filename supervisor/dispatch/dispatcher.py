@@ -205,6 +205,13 @@ class Dispatcher:
         """Applies to requests sent from now on; in-flight ones finish at their old limit."""
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"max_tokens must be an integer >= 1, got {value!r}")
+        # SGLang refuses (HTTP 400, a permanent failure here) every request whose prompt
+        # plus max_tokens reaches the context length, so a limit at or past it would fail
+        # the whole job; refuse it instead.
+        context = self.config.servers.flags.get("context-length")
+        if isinstance(context, int) and not isinstance(context, bool) and value >= context:
+            raise ValueError(f"max_tokens {value} is not below the servers' context length "
+                             f"({context}): SGLang would refuse every request")
         old, self.max_tokens = self.max_tokens, value
         await self.astore.call(Store.set_setting, SETTING_MAX_TOKENS, str(value))
         await self.astore.call(Store.add_event, "max_tokens", "generation",

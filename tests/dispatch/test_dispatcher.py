@@ -238,3 +238,21 @@ async def test_empty_outputs_trip_the_quality_gate_and_pause(tmp_path, sim_serve
     assert counts.in_flight == 0
     [(actor, detail)] = db_rows(tmp_path, "select actor, detail from events where kind='paused'")
     assert actor == "quality-gate" and "bad output" in detail
+
+
+async def test_max_tokens_at_or_past_the_context_length_is_refused(tmp_path):
+    store = open_store(tmp_path, _rows(2))
+    cfg = job_config(tmp_path, generation={"max_tokens": 4096},
+                     servers={"flags": {"context-length": 16384}})
+    try:
+        async with dispatching(store, cfg) as (d, astore):
+            with pytest.raises(ValueError, match="context length"):
+                await d.set_max_tokens(16384, "test")
+            assert d.max_tokens == 4096
+            assert await d.set_max_tokens(8192, "test") == 4096
+            for bad in (0, -5, True, "8192"):
+                with pytest.raises(ValueError):
+                    await d.set_max_tokens(bad, "test")
+            assert await astore.call(Store.get_setting, "max_tokens") == "8192"
+    finally:
+        store.close()
