@@ -70,7 +70,7 @@ async def test_rolling_restart_and_retune_under_load_lose_and_duplicate_nothing(
     for key in ("restart", "retune"):
         assert seen[key] == RollingResult(NAMES), seen[key]
     # The work was not over when the rolls were: they happened under load.
-    assert seen["remaining"] > 0
+    assert seen["remaining"] > 0, seen["remaining"]
 
     # The dispatcher's limit followed the new flag, and it kept exactly that many requests
     # on each new server: all of its slots busy, and (the most it ever had on the wire to
