@@ -47,12 +47,15 @@ class BatchSlots:
     async def slot(self) -> AsyncIterator[None]:
         """Hold one decode slot; waits in the queue while all are taken."""
         s = self.stats
-        s.queued += 1
-        s.peak_queued = max(s.peak_queued, s.queued)
         try:
-            await self._slots.acquire()
-        finally:
-            s.queued -= 1
+            self._slots.acquire_nowait()      # a free slot: never counted as queued
+        except anyio.WouldBlock:
+            s.queued += 1
+            s.peak_queued = max(s.peak_queued, s.queued)
+            try:
+                await self._slots.acquire()
+            finally:
+                s.queued -= 1
         s.running += 1
         s.peak_running = max(s.peak_running, s.running)
         try:

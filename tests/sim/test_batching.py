@@ -98,3 +98,17 @@ def test_plan_splits_thinking_then_answer():
     cut = plan_output(digest, max_tokens=full.reasoning_tokens // 2, thinking=True, room=10**6)
     assert cut.finish_reason == "length" and cut.answer_tokens == 0
     assert not cut.thinking_finished
+
+
+async def test_requests_within_the_limit_never_count_as_queued(sim_server):
+    sim = sim_server("--max-running-requests", "8", "--sim-tokens-per-s", "400")
+    async with httpx.AsyncClient(base_url=sim.base_url, trust_env=False, timeout=60) as client:
+        async def one(i: int) -> None:
+            await client.post("/v1/chat/completions", json={
+                "messages": [{"role": "user", "content": f"Q{i}"}], "max_tokens": 40})
+
+        async with anyio.create_task_group() as tg:
+            for i in range(8):
+                tg.start_soon(one, i)
+        state = (await client.get("/sim/state")).json()
+    assert state["peak_running"] == 8 and state["peak_queued"] == 0
