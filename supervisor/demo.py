@@ -36,7 +36,7 @@ DEMO_S3: dict[str, Any] = {"multipart_threshold_bytes": 5 * 1024 * 1024,
                            "retry_initial_s": 0.5, "retry_max_s": 4.0, "drain_timeout_s": 120.0}
 
 
-def _free_base_port(count: int, start: int = 31000, stop: int = 60000) -> int:
+def free_base_port(count: int, start: int = 31000, stop: int = 60000) -> int:
     """`count` consecutive free loopback ports. A new range per run is fine: the servers of
     a killed run are stopped by their recorded process groups, not found by port."""
     base = start + random.randrange(1000) * 10
@@ -197,7 +197,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = demo_config(directory, servers=args.servers, prompts_file=prompts_file,
                           output=args.output or "shards", max_tokens=args.max_tokens,
                           sim_flags=sim_flags, endpoint_url=args.endpoint_url,
-                          base_port=_free_base_port(args.servers))
+                          base_port=free_base_port(args.servers))
     except ConfigError as exc:
         print(f"dflash-supervisor demo: {exc}", file=sys.stderr)
         return 2

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import socket
 import sqlite3
 import sys
 from dataclasses import dataclass
@@ -22,6 +21,7 @@ import anyio
 import httpx
 
 from supervisor.config import JobConfig, parse_config
+from supervisor.demo import free_base_port
 from supervisor.demo_prompts import write_demo_prompts
 from supervisor.gpu.fake_source import FakeGpuSource
 from supervisor.job import Job, JobResult
@@ -51,26 +51,6 @@ def fast_fleet(base_env: dict[str, str] | None = None) -> FleetOptions:
                         kill_wait_s=5.0, base_env=base_env)
 
 WRAPPER = Path(__file__).with_name("broken_gpu_launch.py")
-
-
-def free_base_port(count: int) -> int:
-    """`count` consecutive free loopback ports (servers listen on base_port + index)."""
-    rng = random.Random()
-    for _ in range(100):
-        base = rng.randrange(20000, 60000 - count)
-        socks = []
-        try:
-            for port in range(base, base + count):
-                s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-                socks.append(s)
-                s.bind(("127.0.0.1", port))
-            return base
-        except OSError:
-            continue
-        finally:
-            for s in socks:
-                s.close()
-    raise RuntimeError("no block of free loopback ports")
 
 
 def job_config(directory: Path, *, servers: int, prompts: int, flags: dict[str, Any] | None = None,

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import anyio
 
-from supervisor.demo import _free_base_port, demo_config
+from supervisor.demo import free_base_port, demo_config
 from supervisor.demo_prompts import write_demo_prompts
 from supervisor.gpu.fake_source import FakeGpuSource
 from supervisor.job import Job
@@ -61,7 +61,7 @@ async def test_a_job_pauses_on_low_disk_and_finishes_once_space_returns(tmp_path
     prompts = tmp_path / "prompts.jsonl"
     write_demo_prompts(prompts, 300)
     cfg = demo_config(tmp_path, servers=1, prompts_file=prompts, output="shards",
-                      max_tokens=512, endpoint_url=None, base_port=_free_base_port(1),
+                      max_tokens=512, endpoint_url=None, base_port=free_base_port(1),
                       sim_flags={"sim-instant": True, "sim-startup-s": 0.5})
     statuses: list = []
     job = Job(cfg, on_status=statuses.append, status_interval_s=0.1,
