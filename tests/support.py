@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 import time
@@ -19,6 +20,15 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO / ".." / "shared" / "data"
+
+
+def read_db(path: Path, sql: str, *args: object) -> list[tuple]:
+    """Read a state DB the way an auditor would: sqlite3, read-only, beside a live daemon."""
+    con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=10)
+    try:
+        return con.execute(sql, args).fetchall()
+    finally:
+        con.close()
 
 
 def free_port() -> int:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -16,6 +15,7 @@ from state.store import Store
 from supervisor.config import JobConfig, parse_config
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.servers.endpoint import Endpoint
+from tests.support import read_db
 
 
 def job_config(tmp_path: Path, **sections: dict[str, Any]) -> JobConfig:
@@ -33,12 +33,7 @@ def open_store(tmp_path: Path, rows: list[dict]) -> Store:
 
 
 def db_rows(tmp_path: Path, sql: str, *args: Any) -> list[tuple]:
-    """Read the state DB the way an auditor would: with sqlite3, read-only."""
-    con = sqlite3.connect(f"file:{tmp_path / 'job.db'}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, args).fetchall()
-    finally:
-        con.close()
+    return read_db(tmp_path / "job.db", sql, *args)
 
 
 async def wait_until(cond: Callable[[], Any], timeout_s: float = 30.0, what: str = "") -> None:

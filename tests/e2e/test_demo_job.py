@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sqlite3
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from tests.support import read_db
 
 pytestmark = pytest.mark.slow
 
@@ -32,11 +32,7 @@ def shard_ids(directory: Path) -> list[str]:
 
 
 def query(directory: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(f"file:{directory / 'job.db'}?mode=ro", uri=True)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
+    return read_db(directory / "job.db", sql)
 
 
 def alive(pid: int) -> bool:

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import random
-import sqlite3
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +27,7 @@ from supervisor.job import Job, JobResult
 from supervisor.job_status import JobStatus
 from supervisor.servers.fleet import FleetOptions
 from supervisor.servers.server_state import ServerState
+from tests.support import read_db
 
 # Every prompt decodes max_tokens tokens (the simulated model's lengths are mostly far
 # longer) at tokens-per-s × time-scale tokens a second: 256 / 2,560 = 0.1 s a request, so a
@@ -155,11 +155,7 @@ async def sim_state(port: int) -> dict[str, Any]:
 
 def query(config: JobConfig, sql: str, *args: Any) -> list[tuple]:
     """Read-only, as an operator with sqlite3 would."""
-    con = sqlite3.connect(f"file:{config.path(config.job.state)}?mode=ro", uri=True)
-    try:
-        return con.execute(sql, args).fetchall()
-    finally:
-        con.close()
+    return read_db(config.path(config.job.state), sql, *args)
 
 
 @dataclass(frozen=True)

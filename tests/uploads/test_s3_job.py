@@ -17,6 +17,7 @@ from typing import Any, Callable
 import pytest
 
 from tests.uploads.moto_process import objects, s3_env
+from tests.support import read_db
 
 pytestmark = pytest.mark.slow
 
@@ -40,11 +41,7 @@ def spawn(directory: Path, output: str, endpoint: str, prompts: int) -> subproce
 
 
 def query(directory: Path, sql: str) -> list[tuple]:
-    con = sqlite3.connect(f"file:{directory / 'job.db'}?mode=ro", uri=True, timeout=10)
-    try:
-        return con.execute(sql).fetchall()
-    finally:
-        con.close()
+    return read_db(directory / "job.db", sql)
 
 
 def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
