@@ -35,10 +35,12 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     _setup_logging(args.verbose)
     try:
-        config = load_config(args.config)
+        config = load_config(args.config, workdir=args.workdir)
     except ConfigError as exc:
         print(f"dflash-supervisor: invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    if config.job.partition is not None:
+        logging.getLogger("supervisor").info("this node runs partition %s", config.job.partition)
     job = Job(config, exit_when_paused=args.exit_when_paused)
     try:
         result = anyio.run(job.run)
@@ -68,6 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     run = sub.add_parser("run", help="run a job from a TOML config")
     run.add_argument("--config", required=True, help="the job's TOML file")
+    run.add_argument("--workdir", help="base of the config's relative paths (state, spool, logs) "
+                     "instead of the config's directory: one config shared by many nodes")
     run.add_argument("--exit-when-paused", action="store_true",
                      help="stop (exit 3) instead of waiting for an operator when dispatch pauses")
     run.add_argument("-v", "--verbose", action="store_true")

@@ -6,6 +6,7 @@ what is allowed, because a typo in a day-long job's config must fail at start, n
 
 from __future__ import annotations
 
+import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -44,7 +45,10 @@ class JobSection:
     output: str = "output"
     shard_size: int = 500
     model: str = "default"
+    # "I/N", or "auto" in the file: resolved at load from the scheduler's environment.
     partition: Partition | None = None
+    # The node count for a Kubernetes Indexed Job (0 = DFLASH_PARTITION_COUNT).
+    partition_count: int = 0
 
 
 @dataclass(frozen=True)
@@ -198,6 +202,9 @@ def _coerce(key: str, value: Any, annotation: str) -> Any:
             raise ConfigError(f"{key}: expected a string, got {value!r}")
         return value
     if ann == "Partition":
+        if value == "auto":
+            # Resolved by parse_config, which knows the environment and partition_count.
+            return value
         if not isinstance(value, str):
             raise ConfigError(f"{key}: expected \"I/N\" as a string, got {value!r}")
         return Partition.parse(value, key)
@@ -319,7 +326,23 @@ def _validate(cfg: JobConfig) -> None:
         raise ConfigError(f"job.output: a local directory or s3://bucket/prefix/, got {out!r}")
 
 
-def parse_config(data: Mapping[str, Any], base_dir: Path = Path(".")) -> JobConfig:
+def _resolve_auto_partition(job: JobSection, env: Mapping[str, str]) -> JobSection:
+    from supervisor.partition_env import PartitionEnvError, resolve
+
+    if job.partition_count < 0:
+        raise ConfigError(f"job.partition_count: must be >= 0, got {job.partition_count}")
+    if job.partition != "auto":  # type: ignore[comparison-overlap]
+        return job
+    try:
+        found = resolve(env, job.partition_count)
+    except PartitionEnvError as exc:
+        raise ConfigError(f"job.partition = \"auto\": {exc}") from None
+    return replace(job, partition=Partition(found.index, found.count))
+
+
+def parse_config(data: Mapping[str, Any], base_dir: Path = Path("."),
+                 env: Mapping[str, str] | None = None) -> JobConfig:
+    """`env` is where `job.partition = "auto"` looks (the process environment by default)."""
     sections: dict[str, Any] = {}
     for name, raw in data.items():
         cls = _SECTIONS.get(name)
@@ -327,12 +350,16 @@ def parse_config(data: Mapping[str, Any], base_dir: Path = Path(".")) -> JobConf
             allowed = ", ".join(f"[{n}]" for n in _SECTIONS)
             raise ConfigError(f"[{name}]: unknown section (allowed: {allowed})")
         sections[name] = _build_section(name, cls, raw)
+    sections["job"] = _resolve_auto_partition(sections.get("job", JobSection()),
+                                              os.environ if env is None else env)
     cfg = JobConfig(**sections, base_dir=base_dir)
     _validate(cfg)
     return cfg
 
 
-def load_config(path: str | Path) -> JobConfig:
+def load_config(path: str | Path, workdir: str | Path | None = None) -> JobConfig:
+    """`workdir` replaces the config file's directory as the base of relative paths: one
+    config shared by many nodes, each with its own state, spool and logs."""
     path = Path(path)
     try:
         text = path.read_bytes().decode("utf-8")
@@ -344,7 +371,8 @@ def load_config(path: str | Path) -> JobConfig:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
-    return parse_config(data, base_dir=path.resolve().parent)
+    base = Path(workdir).expanduser().resolve() if workdir is not None else path.resolve().parent
+    return parse_config(data, base_dir=base)
 
 
 def with_flags(cfg: JobConfig, flags: Mapping[str, Any]) -> JobConfig:
