@@ -1,19 +1,12 @@
-"""A server's states and the frozen snapshot the daemon publishes about it."""
+"""A server's snapshot as the daemon keeps it; its states are the contract's enum, shared with clients."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
+from supervisor.control.contract import ServerState
 
-class ServerState(StrEnum):
-    STARTING = "STARTING"   # launched, waiting for /health_generate to answer 200
-    READY = "READY"         # serving: the dispatcher keeps its slots full
-    DRAINING = "DRAINING"   # no new requests; waiting for in-flight ones (restart/retune)
-    STOPPING = "STOPPING"   # signalling the process group
-    STOPPED = "STOPPED"     # no process (between a requested stop and the next start, or at exit)
-    BACKOFF = "BACKOFF"     # failed; waiting before the next start
-    FAILED = "FAILED"       # failed too often; waits for an operator's reset/restart
+__all__ = ["ServerSnapshot", "ServerState"]
 
 
 @dataclass(frozen=True)

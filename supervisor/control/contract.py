@@ -1,0 +1,447 @@
+"""The status contract: everything the control socket serves and every client reads.
+
+Standard library only, so `dflash-tui`, scripts and `dflash-supervisor status` can read it
+without the daemon's dependencies. Every record is a frozen dataclass with typed fields (no
+Any, no bare dicts); `Status.from_json(Status.to_json(s)) == s` for every snapshot.
+
+Versioning: `SCHEMA_VERSION` changes only when a field is removed, renamed or changes meaning.
+Adding a field is not a new version: new fields always have a default, readers ignore fields
+they do not know, so an older client reads a newer daemon's snapshot and the reverse.
+
+Units: times are unix seconds (float), durations seconds, sizes bytes, rates per second,
+token counts output (completion) tokens. None means "unknown / not available", never 0.
+
+Paths on the socket (all JSON; errors are `ErrorBody` with a 4xx status):
+    GET  /v1/status                       -> Status
+    GET  /v1/events[?since=ID]            -> NDJSON lines: StreamItem (see below)
+    GET  /v1/servers/{name}/log?lines=N   -> LogTail
+    POST /v1/max-tokens                   MaxTokensRequest      -> MaxTokensResult
+    POST /v1/requeue-truncated            {}                    -> RequeueResult
+    POST /v1/requeue-failed               RequeueFailedRequest  -> RequeueResult
+    POST /v1/pause                        PauseRequest          -> PauseResult
+    POST /v1/resume                       {}                    -> ResumeResult
+    POST /v1/restart                      RestartRequest        -> RestartResult
+    POST /v1/retune                       RetuneRequest         -> RetuneResult
+    POST /v1/servers/{name}/reset         {}                    -> ResetResult
+    GET  /metrics                         Prometheus text (not part of this contract)
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from supervisor.control.codec import ContractError, Record, dumps, from_plain
+
+__all__ = ["SCHEMA_VERSION", "ContractError"]
+
+SCHEMA_VERSION = 1
+
+# A server flag's value as SGLang takes it on the command line (true = a bare switch).
+FlagValue = str | int | float | bool
+
+
+class ServerState(StrEnum):
+    """A server's life cycle (the daemon's own enum: supervisor.servers uses this one)."""
+    STARTING = "STARTING"   # launched, waiting for /health_generate to answer 200
+    READY = "READY"         # serving: the dispatcher keeps its slots full
+    DRAINING = "DRAINING"   # no new requests; waiting for in-flight ones (restart/retune)
+    STOPPING = "STOPPING"   # signalling the process group
+    STOPPED = "STOPPED"     # no process (between a requested stop and the next start, or at exit)
+    BACKOFF = "BACKOFF"     # failed; waiting before the next start
+    FAILED = "FAILED"       # failed too often; waits for an operator's reset/restart
+
+
+# -- the job ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class JobCounts(Record):
+    """Prompts by state, from the state DB (exact, not windowed)."""
+    total: int
+    done: int
+    pending: int
+    in_flight: int
+    failed: int             # gave up on (HTTP 400, attempts exhausted); can be requeued
+
+    @property
+    def remaining(self) -> int:
+        return self.pending + self.in_flight
+
+    @property
+    def finished(self) -> bool:
+        return self.total > 0 and self.remaining == 0
+
+
+@dataclass(frozen=True)
+class Rates(Record):
+    """Throughput over the last `window_s` seconds (not since start)."""
+    req_per_s: float
+    tok_per_s: float             # output tokens
+    avg_output_tokens: float     # over the window's completions
+    completions: int             # in the window
+    window_s: float              # the configured window
+    span_s: float                # how much time the figures cover (< window_s while warming up)
+    warming_up: bool             # the job has not run a whole window yet
+
+
+@dataclass(frozen=True)
+class Eta(Record):
+    """Time to finish the remaining prompts."""
+    seconds: float | None        # None: unknown (no completions in the window yet)
+    warming_up: bool             # the rate behind it does not cover a whole window yet
+    basis: str = "windowed req/s"   # how it was estimated
+    # An interval around `seconds` (e.g. 80%: low_s..high_s) where the estimator gives one.
+    low_s: float | None = None
+    high_s: float | None = None
+    interval: float | None = None   # the interval's coverage, 0..1
+
+
+@dataclass(frozen=True)
+class ProblemCount(Record):
+    problem: str                 # empty_content, missing_reasoning, think_markers, truncated
+    count: int
+
+
+@dataclass(frozen=True)
+class Quality(Record):
+    """Output checks over the last `window` completions, and totals since the daemon started."""
+    window: int                  # completions the rates look at (at most)
+    samples: int                 # completions in the window now
+    bad_rate: float              # 0..1
+    truncation_rate: float       # 0..1, finish_reason "length"
+    problems: tuple[ProblemCount, ...]
+    checked_total: int
+    bad_total: int
+    truncated_total: int
+    tripped: str | None          # why the gate pauses dispatch now, if it does
+    # Truncated answers whose tail repeats itself (a degenerate loop), where detected.
+    loop_rate: float | None = None
+    looping_total: int | None = None
+
+
+@dataclass(frozen=True)
+class PauseReason(Record):
+    source: str                  # operator, quality, disk, ... (each is lifted on its own)
+    reason: str
+
+
+@dataclass(frozen=True)
+class Histogram(Record):
+    """Output lengths (completion tokens) of recent completions, to draw with max tokens
+    marked: a pile-up just below the marker is truncation. Bucket i holds lengths in
+    [edges[i], edges[i+1]); the last bucket includes its upper edge."""
+    edges: tuple[int, ...]       # len(counts) + 1, increasing
+    counts: tuple[int, ...]
+    samples: int                 # completions counted
+    max_tokens: int              # the live limit (the marker)
+
+    def __post_init__(self) -> None:
+        if len(self.edges) != len(self.counts) + 1 and (self.edges or self.counts):
+            raise ValueError(f"{len(self.edges)} edges for {len(self.counts)} buckets")
+
+
+@dataclass(frozen=True)
+class ThroughputPoint(Record):
+    time: float
+    req_per_s: float
+    tok_per_s: float
+
+
+# -- servers and GPUs -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Flag(Record):
+    name: str                    # without the leading dashes: "mem-fraction-static"
+    value: FlagValue
+
+
+@dataclass(frozen=True)
+class ServerStatus(Record):
+    name: str
+    gpus: tuple[int, ...]
+    port: int
+    state: ServerState
+    state_reason: str            # why it is in its state ("oom: ...; restarting in 20 s")
+    state_since: float
+    pid: int | None
+    uptime_s: float | None       # seconds since it last became READY; None unless READY
+    in_flight: int
+    max_running: int             # the dispatcher's slots for it
+    req_per_s: float             # windowed
+    tok_per_s: float
+    restarts: int
+    failures_in_window: int      # counted toward FAILED
+    last_exit_reason: str | None  # "oom: CUDA out of memory", "crash: exit 1", "hang: ..."
+    flags: tuple[Flag, ...]      # the SGLang flags it runs (or will start) with
+    argv: tuple[str, ...]
+    tokens_per_joule: float | None = None
+
+
+@dataclass(frozen=True)
+class GpuStatus(Record):
+    index: int
+    name: str | None
+    server: str | None           # the server running on it
+    power_w: float | None
+    power_limit_w: float | None
+    utilization_pct: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    temperature_c: float | None
+    errors: tuple[str, ...] = ()  # "metric: reason" for each figure the driver did not give
+    energy_j: float | None = None  # the driver's total-energy counter, where it has one
+
+
+@dataclass(frozen=True)
+class Gpus(Record):
+    available: bool
+    reason: str | None           # why there is no telemetry ("NVML Shared Library Not Found")
+    sampled_at: float | None
+    driver_version: str | None = None
+    gpus: tuple[GpuStatus, ...] = ()
+
+
+@dataclass(frozen=True)
+class Energy(Record):
+    """The job's energy use, where the GPUs report it."""
+    joules_per_token: float | None = None   # over the metrics window
+    kwh_so_far: float | None = None
+    kwh_projected: float | None = None      # for the whole job
+    source: str = ""                        # "counter", "power x time", or why unavailable
+
+
+# -- uploads ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Uploads(Record):
+    destination: str             # s3://bucket/prefix/ or a directory
+    remote: bool                 # False for a local output directory
+    backlog_shards: int          # assigned or written, not yet verified at the destination
+    backlog_bytes: int
+    uploaded_shards: int         # verified at the destination (whole job)
+    uploaded_bytes: int
+    in_flight: int
+    bytes_per_s: float
+    shards_per_s: float
+    last_success_at: float | None
+    consecutive_failures: int
+    last_error: str | None
+    corrupt_total: int           # uploads caught holding the wrong bytes (this run)
+    stopped: str | None          # why uploads stopped (credentials, bucket), until restart
+
+
+# -- events -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Caller(Record):
+    """Who asked, from the socket's peer credentials (SO_PEERCRED): not self-reported."""
+    uid: int
+    user: str                    # the uid's name, or the uid as text when it has none
+    pid: int
+    gid: int | None = None
+
+
+@dataclass(frozen=True)
+class Event(Record):
+    """One row of the state DB's events table (the audit log)."""
+    id: int
+    time: float
+    kind: str                    # server_state, max_tokens, paused, control_action, ...
+    subject: str                 # a server (gpu1), job, dispatch, generation, a shard key
+    actor: str                   # supervisor, quality-gate, disk-guard, or user:NAME
+    detail_json: str             # the row's detail: a JSON object, kind-specific
+    caller: Caller | None = None  # for actions over the socket
+
+    def detail(self) -> dict[str, Any]:
+        try:
+            value = json.loads(self.detail_json)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+
+# -- the snapshot -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Status(Record):
+    schema_version: int
+    time: float                  # when the snapshot was taken
+    started_at: float            # when this daemon started
+    daemon_pid: int
+    model: str
+    max_tokens: int              # applies to requests sent from now on
+    context_length: int | None   # the servers' context-length flag, where set
+    job: JobCounts
+    rates: Rates
+    eta: Eta
+    quality: Quality
+    paused: tuple[PauseReason, ...]   # empty: dispatching
+    servers: tuple[ServerStatus, ...]
+    gpus: Gpus
+    uploads: Uploads | None      # None: this job writes no shards anywhere that needs watching
+    output_lengths: Histogram
+    throughput: tuple[ThroughputPoint, ...] = ()   # recent history, oldest first (sparkline)
+    recent_events: tuple[Event, ...] = ()          # oldest first
+    energy: Energy | None = None
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Status:
+        try:
+            data = json.loads(text)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ContractError(f"not JSON: {exc}") from None
+        return cls.from_plain(data)
+
+    @classmethod
+    def from_plain(cls, data: Any) -> Status:
+        version = data.get("schema_version") if isinstance(data, dict) else None
+        if isinstance(version, int) and version != SCHEMA_VERSION:
+            raise ContractError(f"the daemon serves status schema {version}, this client "
+                                f"reads {SCHEMA_VERSION}: upgrade the older side")
+        return from_plain(cls, data)
+
+    def paused_by(self, source: str) -> str | None:
+        return next((p.reason for p in self.paused if p.source == source), None)
+
+    def server(self, name: str) -> ServerStatus | None:
+        return next((s for s in self.servers if s.name == name), None)
+
+
+@dataclass(frozen=True)
+class Gap(Record):
+    """In the event stream: this reader fell behind and `dropped` items were skipped."""
+    dropped: int
+
+
+# One NDJSON line of /v1/events: {"type": "status"|"event"|"gap", "data": {...}}.
+StreamItem = Status | Event | Gap
+_STREAM_TYPES: dict[str, type] = {"status": Status, "event": Event, "gap": Gap}
+
+
+def stream_line(item: StreamItem) -> str:
+    kind = {Status: "status", Event: "event", Gap: "gap"}[type(item)]
+    return '{"type":"%s","data":%s}\n' % (kind, dumps(item))
+
+
+def parse_stream_line(line: str | bytes) -> StreamItem:
+    try:
+        data = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ContractError(f"event stream: not JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("type") not in _STREAM_TYPES:
+        raise ContractError("event stream: a line without a known type")
+    cls = _STREAM_TYPES[data["type"]]
+    if cls is Status:
+        return Status.from_plain(data.get("data"))
+    return from_plain(cls, data.get("data"), data["type"])
+
+
+# -- the server's log -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class LogTail(Record):
+    server: str
+    path: str
+    lines: tuple[str, ...]
+
+
+# -- actions: requests and answers ------------------------------------------------------------
+
+@dataclass(frozen=True)
+class MaxTokensRequest(Record):
+    value: int
+    requeue_truncated: bool = False   # also re-run what was truncated under a lower limit
+
+
+@dataclass(frozen=True)
+class MaxTokensResult(Record):
+    old: int
+    new: int
+    requeued: int | None         # prompts requeued, when asked
+
+
+@dataclass(frozen=True)
+class RequeueFailedRequest(Record):
+    reason_like: str | None = None   # only failures whose error contains this text
+
+
+@dataclass(frozen=True)
+class RequeueResult(Record):
+    what: str                    # "truncated" or "failed"
+    count: int                   # prompts back to pending
+    below_max_tokens: int | None = None   # truncated under a limit lower than this
+
+
+@dataclass(frozen=True)
+class PauseRequest(Record):
+    reason: str
+
+
+@dataclass(frozen=True)
+class PauseResult(Record):
+    changed: bool                # False: the operator's pause already had this reason
+    reason: str
+    paused: tuple[PauseReason, ...]   # every pause in force now
+
+
+@dataclass(frozen=True)
+class ResumeResult(Record):
+    resumed: bool                # False: there was no operator pause
+    was: str | None              # the lifted pause's reason
+    paused: tuple[PauseReason, ...]   # pauses still in force (quality, disk...)
+
+
+@dataclass(frozen=True)
+class RestartRequest(Record):
+    server: str | None = None    # None: every server, one at a time
+
+
+@dataclass(frozen=True)
+class RestartResult(Record):
+    """Accepted: the restart runs in the daemon; progress shows as server_state events."""
+    order: tuple[str, ...]       # servers restart in this order, each READY before the next
+    reason: str
+
+
+@dataclass(frozen=True)
+class FlagSetting(Record):
+    name: str
+    value: FlagValue | None      # None removes the flag
+
+
+@dataclass(frozen=True)
+class RetuneRequest(Record):
+    flags: tuple[FlagSetting, ...]
+    server: str | None = None    # None: every server (rolling)
+    add: bool = False            # allow flags the servers do not run with yet (typo guard)
+
+
+@dataclass(frozen=True)
+class FlagChange(Record):
+    name: str
+    old: FlagValue | None
+    new: FlagValue | None
+
+
+@dataclass(frozen=True)
+class RetuneResult(Record):
+    """Accepted: the rolling restart runs in the daemon and stops at the first server
+    that does not come back READY with the new flags."""
+    changes: tuple[FlagChange, ...]
+    order: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResetResult(Record):
+    server: str
+    was: ServerState             # FAILED; the server starts again with a clean history
+
+
+@dataclass(frozen=True)
+class ErrorBody(Record):
+    """Every 4xx/5xx answer: one line saying what was wrong."""
+    error: str
+    status: int = 400
+
