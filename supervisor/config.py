@@ -137,6 +137,17 @@ class UploadsSection:
 
 
 @dataclass(frozen=True)
+class BackupSection:
+    # Copy the state DB beside the shards (under the partition's key) so a replacement node
+    # resumes exactly. None = when job.partition is set (a node of a many-node job).
+    enabled: bool | None = None
+    # Seconds between backups while the job runs (0 = only at start and stop).
+    interval_s: float = 900.0
+    # With no state DB at start, take this partition's backup from the output if there is one.
+    restore: bool = True
+
+
+@dataclass(frozen=True)
 class ControlSection:
     socket: str = "/run/dflash-supervisor/control.sock"
 
@@ -149,6 +160,7 @@ class JobConfig:
     dispatch: DispatchSection = DispatchSection()
     quality: QualitySection = QualitySection()
     uploads: UploadsSection = UploadsSection()
+    backup: BackupSection = BackupSection()
     control: ControlSection = ControlSection()
     # Relative paths in the file are relative to the file's directory.
     base_dir: Path = Path(".")
@@ -161,6 +173,11 @@ class JobConfig:
     def output_is_s3(self) -> bool:
         return self.job.output.startswith("s3://")
 
+    @property
+    def backups_enabled(self) -> bool:
+        enabled = self.backup.enabled
+        return self.job.partition is not None if enabled is None else enabled
+
 
 _SECTIONS: dict[str, type] = {
     "job": JobSection,
@@ -169,6 +186,7 @@ _SECTIONS: dict[str, type] = {
     "dispatch": DispatchSection,
     "quality": QualitySection,
     "uploads": UploadsSection,
+    "backup": BackupSection,
     "control": ControlSection,
 }
 
@@ -317,6 +335,9 @@ def _validate(cfg: JobConfig) -> None:
         raise ConfigError("uploads.retry_max_s: must be >= uploads.retry_initial_s")
     if u.min_free_bytes < 0:
         raise ConfigError("uploads.min_free_bytes: must be >= 0")
+    if not cfg.backup.interval_s >= 0:
+        raise ConfigError(f"backup.interval_s: must be >= 0 (0 = only at start and stop), "
+                          f"got {cfg.backup.interval_s}")
     out = cfg.job.output
     if out.startswith("s3://"):
         bucket = out[len("s3://"):].split("/", 1)[0]
