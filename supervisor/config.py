@@ -103,6 +103,9 @@ class DispatchSection:
     request_timeout_s: float = 3600.0
     max_attempts: int = 3
     claim_batch: int = 64
+    # On SIGTERM, how long requests in flight may run to completion before they are cut
+    # off and requeued (0 = requeue at once). Minutes of GPU work per stop are worth a wait.
+    stop_grace_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -314,6 +317,8 @@ def _validate(cfg: JobConfig) -> None:
     positive("dispatch.request_timeout_s", d.request_timeout_s)
     positive("dispatch.max_attempts", d.max_attempts)
     positive("dispatch.claim_batch", d.claim_batch)
+    if d.stop_grace_s < 0:
+        raise ConfigError("dispatch.stop_grace_s: must be >= 0 (0 = requeue at once)")
     q = cfg.quality
     positive("quality.window", q.window)
     if not 0 < q.min_samples <= q.window:
