@@ -19,7 +19,11 @@ import httpx
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = REPO / ".." / "shared" / "data"
+# The shared data sits beside the main checkout (/work/shared beside /work/main); a git
+# worktree is one level deeper.
+SHARED_DATA = next((p for p in (REPO.parent / "shared" / "data",
+                                REPO.parent.parent / "shared" / "data") if p.exists()),
+                   REPO.parent / "shared" / "data")
 
 
 def read_db(path: Path, sql: str, *args: object) -> list[tuple]:

@@ -19,7 +19,10 @@ from .batch_slots import BatchSlots
 from .faults import FaultState
 from .filler_text import count_prompt_tokens, filler
 from .options import SimOptions
-from .output_plan import OutputPlan, is_empty, plan_output, prompt_digest, text_offset
+from .looping_text import (LoopPlan, list_text, loop_plan, looping_text, numbered_list,
+                           prompt_words)
+from .output_plan import (OutputPlan, is_empty, natural_length, plan_output, prompt_digest,
+                          text_offset)
 
 # Qwen3's <|im_end|>, reported as matched_stop when the model stopped by itself.
 _EOS_TOKEN_ID = 151645
@@ -74,9 +77,22 @@ def parse_request(body: Any) -> ChatRequest:
                        thinking, separate)
 
 
-def _message(plan: OutputPlan, req: ChatRequest, offset: int) -> dict[str, Any]:
-    reasoning = filler(plan.reasoning_tokens, offset) if req.thinking else None
-    content = filler(plan.answer_tokens, offset + plan.reasoning_tokens + 7)
+def _split(text: str, first: int) -> tuple[str, str]:
+    words = text.split(" ")
+    return " ".join(words[:first]), " ".join(words[first:])
+
+
+def _message(plan: OutputPlan, req: ChatRequest, offset: int, loop: LoopPlan | None,
+             listed: bool) -> dict[str, Any]:
+    if loop is not None or listed:
+        # Loops and lists are built whole, then split where the thinking ended.
+        text = (looping_text(plan.completion_tokens, offset, loop, prompt_words(req.messages))
+                if loop is not None else list_text(plan.completion_tokens, offset))
+        thought, content = _split(text, plan.reasoning_tokens) if req.thinking else ("", text)
+        reasoning = thought if req.thinking else None
+    else:
+        reasoning = filler(plan.reasoning_tokens, offset) if req.thinking else None
+        content = filler(plan.answer_tokens, offset + plan.reasoning_tokens + 7)
     if req.thinking and not req.separate_reasoning:
         # No reasoning parser split: the raw trace stays in content, markers and all.
         closing = "</think>\n\n" if plan.thinking_finished else ""
@@ -125,9 +141,14 @@ class ChatHandler:
             message: dict[str, Any] = {"role": "assistant", "content": "",
                                        "reasoning_content": None, "tool_calls": None}
         else:
+            natural = natural_length(digest)
+            loop = loop_plan(digest, natural, opts.loop_share, len(prompt_words(req.messages)))
             plan = plan_output(digest, max_tokens=max_tokens, thinking=req.thinking,
-                               room=opts.context_length - prompt_tokens)
-            message = _message(plan, req, text_offset(digest))
+                               room=opts.context_length - prompt_tokens,
+                               looping=loop is not None)
+            message = _message(plan, req, text_offset(digest), loop,
+                               loop is None and opts.loop_share > 0
+                               and numbered_list(digest, natural))
         async with self.slots.slot():
             delay = self.decode_seconds(plan.completion_tokens)
             if delay > 0:

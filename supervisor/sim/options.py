@@ -43,6 +43,7 @@ class SimOptions:
     fault_after_requests: int | None
     empty_rate: float
     children: int
+    loop_share: float = 0.0
     unknown: list[str] = field(default_factory=list)
 
     @property
@@ -111,6 +112,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="trigger the fault after this many completed requests")
     s.add_argument("--sim-empty-rate", type=float, default=0.0,
                    help="share of prompts answered with empty content and no reasoning")
+    s.add_argument("--sim-loop-share", type=float, default=0.0,
+                   help="share of the long answers (past 4,096 tokens) that loop forever "
+                        "instead (see looping_text.py)")
     s.add_argument("--sim-children", type=int, default=0,
                    help="sleeping child processes in our process group (like SGLang's "
                         "scheduler and detokenizer)")
@@ -126,6 +130,8 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         raise SystemExit("--sim-time-scale and --sim-tokens-per-s must be > 0")
     if not 0.0 <= ns.sim_empty_rate <= 1.0:
         raise SystemExit("--sim-empty-rate must be within [0, 1]")
+    if not 0.0 <= ns.sim_loop_share <= 1.0:
+        raise SystemExit("--sim-loop-share must be within [0, 1]")
     if ns.max_running_requests < 1:
         raise SystemExit("--max-running-requests must be >= 1")
     return SimOptions(
@@ -140,4 +146,4 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         time_scale=ns.sim_time_scale, instant=ns.sim_instant, seed=ns.sim_seed,
         fault=ns.sim_fault, fault_after_s=ns.sim_fault_after_s,
         fault_after_requests=ns.sim_fault_after_requests, empty_rate=ns.sim_empty_rate,
-        children=ns.sim_children, unknown=unknown)
+        children=ns.sim_children, loop_share=ns.sim_loop_share, unknown=unknown)

@@ -72,10 +72,11 @@ class OutputPlan:
 
 
 def plan_output(digest: bytes, *, max_tokens: int | None, thinking: bool,
-                room: int) -> OutputPlan:
+                room: int, looping: bool = False) -> OutputPlan:
     """The tokens actually produced. `room` is what the context length leaves after the
-    prompt; hitting it ends the answer with "length" just like max_tokens does."""
-    natural = natural_length(digest)
+    prompt; hitting it ends the answer with "length" just like max_tokens does. A looping
+    answer never ends by itself."""
+    natural = MAX_TOKENS + 1 if looping else natural_length(digest)
     limit = room if max_tokens is None else min(max_tokens, room)
     limit = max(limit, 0)
     produced = min(natural, limit)
