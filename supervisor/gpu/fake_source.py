@@ -18,7 +18,9 @@ class FakeGpuSource(GpuSource):
 
     `processes` (optional) returns {gpu index: {pid: bytes}} at each sample, so demo mode can
     show the simulated servers' pids holding memory; `unavailable` makes every sample report
-    that reason, as a machine without a driver would.
+    that reason, as a machine without a driver would. Each GPU has NVML's total-energy
+    counter, the exact integral of its (stepwise) power over the clock; `missing` with
+    "energy_j" takes it away, as on a board without one.
     """
 
     def __init__(
@@ -38,6 +40,9 @@ class FakeGpuSource(GpuSource):
         self._lock = threading.Lock()
         self.samples = 0
         self.closed = False
+        self._energy_j = [1.0e6 * (i + 1) for i in range(count)]   # since "driver load"
+        self._power_w = [0.0] * count
+        self._last_at: float | None = None
 
     def sample(self) -> GpuTelemetry:
         with self._lock:
@@ -48,14 +53,19 @@ class FakeGpuSource(GpuSource):
             return GpuTelemetry.unavailable(self.unavailable, now)
         procs = self._processes() if self._processes else {}
         gpus = []
+        since = 0.0 if self._last_at is None else max(0.0, now - self._last_at)
+        self._last_at = now
         for i in range(self.count):
             load = ((n + 3 * i) % 10) / 10.0
             owned = procs.get(i, {})
+            # The power held since the last sample was the last sample's power.
+            self._energy_j[i] += self._power_w[i] * since
+            self._power_w[i] = 120.0 + 500.0 * load
             gpu = GpuSnapshot(
                 index=i,
                 name="Fake H200",
                 uuid=f"GPU-fake-{i:04d}",
-                power_w=120.0 + 500.0 * load,
+                power_w=self._power_w[i],
                 power_limit_w=700.0,
                 utilization_pct=100.0 * load,
                 memory_utilization_pct=50.0 * load,
@@ -64,6 +74,7 @@ class FakeGpuSource(GpuSource):
                 temperature_c=35.0 + 40.0 * load,
                 sm_clock_mhz=1980.0,
                 processes=tuple(GpuProcess(pid, mem) for pid, mem in sorted(owned.items())),
+                energy_j=self._energy_j[i],
             )
             if self.missing:
                 gpu = replace(gpu, **{k: None for k in self.missing},

@@ -119,6 +119,8 @@ class NvmlSource(GpuSource):
                  lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
         sm = m("sm_clock", lambda: nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM))
         procs = m("processes", lambda: nvml.nvmlDeviceGetComputeRunningProcesses(handle))
+        # Millijoules since the driver loaded; NotSupported before Volta.
+        energy_mj = m("energy", lambda: nvml.nvmlDeviceGetTotalEnergyConsumption(handle))
         return GpuSnapshot(
             index=index,
             name=name,
@@ -136,6 +138,7 @@ class NvmlSource(GpuSource):
                 for p in (procs or ())
             ),
             errors=tuple(errors),
+            energy_j=None if energy_mj is None else energy_mj / 1000.0,
         )
 
     def sample(self) -> GpuTelemetry:

@@ -34,6 +34,8 @@ class GpuSnapshot:
     processes: tuple[GpuProcess, ...] = ()
     # "metric: reason" for each metric the driver would not give us.
     errors: tuple[str, ...] = ()
+    # NVML's total-energy counter: joules since the driver loaded (None: not supported).
+    energy_j: float | None = None
 
 
 @dataclass(frozen=True)

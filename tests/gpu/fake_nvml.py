@@ -19,6 +19,7 @@ class FakeNvml:
         self.not_supported = not_supported
         self.init_calls = 0
         self.shutdown_calls = 0
+        self.energy_mj = 5_000_000_000      # the driver has been up a while
 
     def _check(self, name: str) -> None:
         if name in self.not_supported:
@@ -74,6 +75,10 @@ class FakeNvml:
         assert kind == pynvml.NVML_CLOCK_SM
         self._check("sm_clock")
         return 1980
+
+    def nvmlDeviceGetTotalEnergyConsumption(self, h: int) -> int:
+        self._check("energy")
+        return self.energy_mj + h
 
     def nvmlDeviceGetComputeRunningProcesses(self, h: int) -> list[SimpleNamespace]:
         self._check("processes")
