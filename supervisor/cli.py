@@ -5,6 +5,7 @@
     import  PROMPTS --state DB   import a prompts file into a state DB
     check   --config PATH        validate a config, print each server's command line
     status  --state DB           progress and recent events, read from the state DB
+    verify  --prompts F --output P   a whole (many-node) job's output checked from outside
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Sequence
 
 from supervisor.config import ConfigError
 
-EXIT_OK, EXIT_INCOMPLETE, EXIT_CONFIG = 0, 3, 2
+EXIT_OK, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_CONFIG = 0, 1, 3, 2
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -32,6 +33,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
     from supervisor.config import load_config
     from supervisor.job import Job, JobError
+    from supervisor.state_backup.node_state import BackupUnreachable
 
     _setup_logging(args.verbose)
     try:
@@ -47,6 +49,10 @@ def cmd_run(args: argparse.Namespace) -> int:
     except JobError as exc:
         print(f"dflash-supervisor: {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except BackupUnreachable as exc:
+        # Not the config's fault: the scheduler's retry (or systemd's) may find the store up.
+        print(f"dflash-supervisor: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     s = result.status
     logging.getLogger("supervisor").info(
         "job %s: %d done, %d failed, %d pending of %d", result.reason, s.done, s.failed,
@@ -85,6 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="validate a config and print the servers' commands",
                            add_help=False)
     check.set_defaults(func=None, forward="check")
+    verify = sub.add_parser("verify", help="check a whole job's output against its prompt file",
+                            add_help=False)
+    verify.set_defaults(func=None, forward="verify")
 
     status = sub.add_parser("status", help="progress and recent events from a state DB")
     status.add_argument("--state", required=True, help="the job's SQLite file")
@@ -96,8 +105,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Subcommands that own their argument parsing get the rest of the line untouched.
-    if argv and argv[0] in ("demo", "import", "check"):
+    if argv and argv[0] in ("demo", "import", "check", "verify"):
         rest = argv[1:]
+        if argv[0] == "verify":
+            from supervisor.output_verify.command import main as verify_main
+            return verify_main(rest)
         if argv[0] == "demo":
             from supervisor.demo import main as demo_main
             return demo_main(rest)

@@ -111,12 +111,14 @@ class Job:
         self._started = time.time()
         self._reason = "stopped"
         self._last_status: JobStatus | None = None
+        self.node_state: Any = None
 
     # -- setup --------------------------------------------------------------------------------
 
     def _open_store(self) -> Store:
         path = self.config.path(self.config.job.state)
         path.parent.mkdir(parents=True, exist_ok=True)
+        self._prepare_node_state()
         store = Store.open(path)
         try:
             recovered = store.recover_in_flight()
@@ -126,10 +128,25 @@ class Job:
                 store.add_event("recovered_in_flight", "job", {"count": recovered},
                                 "supervisor", time.time())
             _import_prompts(store, self.config)
+            if self.node_state is not None:
+                self.node_state.after_open(store)
         except BaseException:
             store.close()
             raise
         return store
+
+    def _prepare_node_state(self) -> None:
+        """State backups (a node of a many-node job): refuse a prompt file the other nodes
+        do not share, and restore a lost node's DB before it is opened."""
+        from supervisor.state_backup.node_state import NodeState
+        from supervisor.state_backup.restore import RestoreRefused
+
+        try:
+            self.node_state = NodeState.prepare(self.config)
+            if self.node_state is not None:
+                self.node_state.before_open()
+        except RestoreRefused as exc:
+            raise JobError(str(exc)) from None
 
     def _gpu_sampler(self) -> Any:
         from supervisor.gpu import GpuSampler, NvmlSource
@@ -159,6 +176,7 @@ class Job:
         dispatcher = self.dispatcher = Dispatcher(astore, cfg)
         self.gpu = self._gpu_sampler()
         self._setup_uploads(astore, spool)
+        backup = self.node_state.runner(dispatcher) if self.node_state is not None else None
         if getattr(self.disk_guard, "check", None) is not None:
             # A first verdict before any server is up: never start dispatching onto a full disk.
             await anyio.to_thread.run_sync(self.disk_guard.check)
@@ -173,6 +191,8 @@ class Job:
                 tg.start_soon(self._shard_loop, writer, shard_limiter, name="shards")
                 if self.uploader is not None:
                     tg.start_soon(self.uploader.run, name="uploads")
+                if backup is not None:
+                    tg.start_soon(backup.run, name="state backup")
                 if getattr(self.disk_guard, "run", None) is not None:
                     # Samples free space in a thread; paused_reason() only reads the verdict.
                     tg.start_soon(self.disk_guard.run, name="disk guard")
@@ -192,6 +212,9 @@ class Job:
         await astore.call(Store.add_event, "job_stopped", "job",
                           {"reason": self._reason, "done": status.done, "failed": status.failed,
                            "pending": status.pending}, "supervisor", time.time())
+        if backup is not None:
+            # Last, so the copy holds every outcome, the final shards' uploads and the stop.
+            await backup.backup_now()
         return JobResult(status, self._reason)
 
     def _setup_uploads(self, astore: AsyncStore, spool: Path) -> None:

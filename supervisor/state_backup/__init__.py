@@ -1,0 +1,1 @@
+"""The state DB backed up beside the shards, and restored on a replacement node."""

@@ -1,0 +1,103 @@
+"""The job's side of state backups: who this node is, the restore before the DB opens, what
+is recorded after, and the backup task.
+
+Backups are on for a node of a many-node job (`job.partition` set) unless `[backup] enabled`
+says otherwise. The prompt file's digest is this node's identity: a restore and every
+sibling's backup are checked against it, so two nodes of one job never split different files.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+from state.snapshot import PARTITION, PROMPTS_SHA256
+from state.store import Store
+from supervisor.config import JobConfig
+from supervisor.prompts_digest import file_sha256
+from supervisor.state_backup.backup import StateBackup
+from supervisor.state_backup.manifest import BackupManifest
+from supervisor.state_backup.restore import (NodeIdentity, RestoreRefused, adopt_uploaded,
+                                             check_siblings, restore_if_missing)
+from supervisor.uploads.local_sink import LocalDirSink
+from supervisor.uploads.output_reader import output_reader
+from supervisor.uploads.s3_client import S3Location
+from supervisor.uploads.s3_sink import S3Sink
+from supervisor.uploads.sink import Sink, UploadError
+
+log = logging.getLogger("supervisor.backup")
+
+
+class BackupUnreachable(RuntimeError):
+    """The output could not be read at start (a retry later may work)."""
+
+
+class NodeState:
+    def __init__(self, config: JobConfig, me: NodeIdentity) -> None:
+        self.config = config
+        self.me = me
+        self.db_path = config.path(config.job.state)
+        self.reader = output_reader(config.job.output, config.uploads, config.base_dir)
+        self.restored: BackupManifest | None = None
+
+    @classmethod
+    def prepare(cls, config: JobConfig) -> NodeState | None:
+        if not config.backups_enabled:
+            return None
+        prompts = config.path(config.job.prompts)
+        try:
+            digest = file_sha256(prompts)
+        except OSError as exc:
+            raise RestoreRefused(
+                f"job.prompts: {prompts}: {exc.strerror or exc} (a node that backs up its state "
+                "needs the prompt file, to check it is the one its siblings split)") from None
+        return cls(config, NodeIdentity(config.job.partition, digest, prompts.name))
+
+    def before_open(self) -> None:
+        """Refuse a prompt file the other nodes do not share; restore a missing DB."""
+        try:
+            check_siblings(self.reader, self.me)
+            self.restored = restore_if_missing(self.reader, self.me, self.db_path)
+        except UploadError as exc:
+            raise BackupUnreachable(f"cannot read the output {self.reader.describe()} to look for "
+                                    f"a state backup: {exc}") from None
+
+    def after_open(self, store: Store) -> None:
+        """Record whose DB this is; after a restore, take back what was uploaded since."""
+        recorded = store.get_setting(PROMPTS_SHA256)
+        if recorded is not None and recorded != self.me.prompts_sha256:
+            log.warning("the prompt file changed since this DB was started (sha256 %s… → %s…)",
+                        recorded[:12], self.me.prompts_sha256[:12])
+        store.set_setting(PARTITION, self.me.partition_text or "")
+        store.set_setting(PROMPTS_SHA256, self.me.prompts_sha256)
+        if self.restored is None:
+            return
+        # Server processes the backup lists ran on the lost node: their pids mean nothing
+        # here, and orphan cleanup must never act on them.
+        for proc in store.server_processes():
+            store.forget_server_process(proc.name)
+        try:
+            taken = adopt_uploaded(store, self.reader, self.me.partition)
+        except UploadError as exc:
+            raise BackupUnreachable(f"cannot read back this partition's shards: {exc}") from None
+        store.add_event("state_restored", "job",
+                        {"from": self.restored.db_key, "backed_up_at": self.restored.created_at,
+                         "done": self.restored.done, "shards_taken_back": taken},
+                        "supervisor", time.time())
+
+    def _sink(self) -> Sink:
+        if self.config.output_is_s3:
+            return S3Sink(S3Location.parse(self.config.job.output), self.config.uploads)
+        # A copy into the output directory, read back; the DB's own directory is the "spool".
+        return LocalDirSink(self.config.path(self.config.job.output), self.db_path.parent)
+
+    def runner(self, dispatcher: Any) -> StateBackup:
+        async def conflict(reason: str) -> None:
+            log.error("%s: dispatch paused", reason)
+            await dispatcher.pause("prompt-file", reason, "backup")
+
+        return StateBackup(self.db_path, self._sink(), self.reader, self.me,
+                           self.config.backup.interval_s,
+                           self.config.uploads.multipart_threshold_bytes, conflict)
