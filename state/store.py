@@ -303,6 +303,13 @@ class Store:
                               "WHERE kind = ? ORDER BY id DESC LIMIT ?", (kind, limit))
         return [Event(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in reversed(rows)]
 
+    def events_after(self, after_id: int, limit: int) -> list[Event]:
+        """Up to `limit` events with an id above `after_id`, oldest first (a primary-key
+        range: cheap however long the table grows)."""
+        rows = self._read("SELECT id, time, kind, subject, detail, actor FROM events "
+                          "WHERE id > ? ORDER BY id LIMIT ?", (after_id, limit))
+        return [Event(r[0], r[1], r[2], r[3], json.loads(r[4]), r[5]) for r in rows]
+
     # -- shards -------------------------------------------------------------------------------
 
     def assign_shards(self, shard_size: int, key_for: Callable[[int], str],

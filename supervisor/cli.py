@@ -4,7 +4,8 @@
     demo    [--prompts N ...]    a whole job on simulated servers, no GPU needed
     import  PROMPTS --state DB   import a prompts file into a state DB
     check   --config PATH        validate a config, print each server's command line
-    status  --state DB           progress and recent events, read from the state DB
+    status  [--state DB]         live status from the control socket (the DB when no daemon answers)
+    ctl     ACTION ...           act on the running daemon (max-tokens, pause, restart, ...)
     verify  --prompts F --output P   a whole (many-node) job's output checked from outside
 """
 
@@ -64,8 +65,8 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from supervisor.offline_status import main as status_main
-    return status_main(args.state, args.events)
+    from supervisor.control.commands import status_main
+    return status_main(args)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -95,21 +96,27 @@ def build_parser() -> argparse.ArgumentParser:
                             add_help=False)
     verify.set_defaults(func=None, forward="verify")
 
-    status = sub.add_parser("status", help="progress and recent events from a state DB")
-    status.add_argument("--state", required=True, help="the job's SQLite file")
-    status.add_argument("--events", type=int, default=10, help="recent events to show")
+    from supervisor.control.commands import add_status_arguments
+    status = sub.add_parser("status", help="live status from the control socket, or the state DB")
+    add_status_arguments(status)
     status.set_defaults(func=cmd_status)
+    ctl = sub.add_parser("ctl", help="act on the running daemon through its control socket",
+                         add_help=False)
+    ctl.set_defaults(func=None, forward="ctl")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Subcommands that own their argument parsing get the rest of the line untouched.
-    if argv and argv[0] in ("demo", "import", "check", "verify"):
+    if argv and argv[0] in ("demo", "import", "check", "verify", "ctl"):
         rest = argv[1:]
         if argv[0] == "verify":
             from supervisor.output_verify.command import main as verify_main
             return verify_main(rest)
+        if argv[0] == "ctl":
+            from supervisor.control.commands import ctl_main
+            return ctl_main(rest)
         if argv[0] == "demo":
             from supervisor.demo import main as demo_main
             return demo_main(rest)

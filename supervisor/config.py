@@ -152,7 +152,12 @@ class BackupSection:
 
 @dataclass(frozen=True)
 class ControlSection:
-    socket: str = "/run/dflash-supervisor/control.sock"
+    # Empty: $RUNTIME_DIRECTORY/control.sock under systemd, else beside the state DB.
+    socket: str = ""
+    # The socket's group (name or gid); its members may watch and act, like docker.sock's.
+    group: str = ""
+    # How often the event stream carries a fresh snapshot.
+    interval_s: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -328,6 +333,7 @@ def _validate(cfg: JobConfig) -> None:
         if not 0 < value <= 1:
             raise ConfigError(f"quality.{name}: must be within (0, 1], got {value}")
     positive("quality.metrics_window_s", q.metrics_window_s)
+    positive("control.interval_s", cfg.control.interval_s)
     u = cfg.uploads
     positive("uploads.concurrency", u.concurrency)
     if u.multipart_threshold_bytes < 5 * 1024 * 1024:

@@ -23,6 +23,8 @@ import anyio
 from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import JobConfig, Partition
+from supervisor.control.contract import Status
+from supervisor.control.socket_file import BoundSocket
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.job_status import JobStatus, progress_line
 from supervisor.notify import Notifier
@@ -154,18 +156,37 @@ class Job:
 
     # -- run ----------------------------------------------------------------------------------
 
+    def _bind_control(self) -> BoundSocket:
+        """Before anything else: a second daemon on this socket stops here, touching nothing."""
+        from supervisor.control import socket_file
+
+        c = self.config.control
+        path = socket_file.default_socket_path(c.socket, self.config.path(self.config.job.state))
+        try:
+            return socket_file.bind(path, socket_file.resolve_group(c.group))
+        except socket_file.SocketFileError as exc:
+            raise JobError(str(exc)) from None
+
     async def run(self) -> JobResult:
-        store = await anyio.to_thread.run_sync(self._open_store)
+        bound = await anyio.to_thread.run_sync(self._bind_control)
+        try:
+            store = await anyio.to_thread.run_sync(self._open_store)
+        except BaseException:
+            bound.close()
+            raise
         astore = AsyncStore(store)
         try:
-            return await self._run(store, astore)
+            return await self._run(store, astore, bound)
         finally:
             with anyio.CancelScope(shield=True):
+                bound.close()
                 await anyio.to_thread.run_sync(store.close)
                 self.notifier.send(status="stopped")
                 self.notifier.close()
 
-    async def _run(self, store: Store, astore: AsyncStore) -> JobResult:
+    async def _run(self, store: Store, astore: AsyncStore, bound: BoundSocket) -> JobResult:
+        from supervisor.control.server import ControlServer
+
         from supervisor.shard_writer import ShardWriter
 
         cfg = self.config
@@ -187,6 +208,10 @@ class Job:
                               "supervisor", time.time())
             async with anyio.create_task_group() as tg:
                 tg.start_soon(fleet.run, name="fleet")
+                control = ControlServer(self, astore, bound, cfg.control.interval_s,
+                                        lambda points, events: self._control_status(
+                                            astore, points, events))
+                tg.start_soon(control.run, name="control socket")
                 tg.start_soon(self.gpu.run, name="gpu telemetry")
                 tg.start_soon(self._shard_loop, writer, shard_limiter, name="shards")
                 if self.uploader is not None:
@@ -263,6 +288,17 @@ class Job:
             disk_paused=self.disk_guard.paused_reason() if self.disk_guard is not None else None)
         self._last_status = status
         return status
+
+    async def _control_status(self, astore: AsyncStore, throughput: tuple[Any, ...],
+                              events: tuple[Any, ...]) -> Status:
+        from supervisor.control.snapshot import build_status
+
+        js = await self._status(astore)
+        assert self.dispatcher is not None
+        d = self.dispatcher
+        return build_status(js, self.config, started_at=self._started,
+                            histogram=d.lengths.histogram(d.max_tokens), flags=self.fleet,
+                            throughput=throughput, events=events)
 
     @property
     def last_status(self) -> JobStatus | None:

@@ -40,3 +40,23 @@ def main(state: str, events: int = 10) -> int:
     finally:
         store.close()
     return 0
+
+
+def summary_json(state: str) -> dict[str, object] | None:
+    """The DB's figures for `status --json` when no daemon answers; None if there is no DB."""
+    from state.store import Store
+
+    path = Path(state)
+    if not path.exists():
+        return None
+    store = Store.open(path)
+    try:
+        c = store.counts()
+        shards, nbytes = store.upload_backlog()
+        up_shards, up_bytes = store.uploaded_totals()
+        return {"job": {"total": c.total, "done": c.done, "pending": c.pending,
+                        "in_flight": c.in_flight, "failed": c.failed},
+                "uploads": {"uploaded_shards": up_shards, "uploaded_bytes": up_bytes,
+                            "backlog_shards": shards, "backlog_bytes": nbytes}}
+    finally:
+        store.close()

@@ -40,6 +40,19 @@ def default_socket_path() -> str:
     return os.environ.get(SOCKET_ENV) or DEFAULT_SOCKET
 
 
+def _reachable(path: str) -> tuple[str, int | None]:
+    """sun_path holds 107 bytes; a longer path (deep test or job directories) is reached
+    through an O_PATH descriptor of its directory, kept open for the client's life."""
+    if len(os.fsencode(path)) <= 107:
+        return path, None
+    head, _, name = path.rpartition("/")
+    try:
+        fd = os.open(head or "/", os.O_PATH | os.O_DIRECTORY)
+    except OSError:
+        return path, None       # connecting will say what is wrong with the path
+    return f"/proc/self/fd/{fd}/{name}", fd
+
+
 class ControlError(Exception):
     """Base of the client's errors; str() is one line for the operator."""
 
@@ -202,7 +215,8 @@ class ControlClient:
 
     def __init__(self, socket: str | None = None, *, timeout_s: float = 10.0) -> None:
         self.socket = socket or default_socket_path()
-        self._http = httpx.Client(transport=_uds_transport(self.socket),
+        uds, self._dir_fd = _reachable(self.socket)
+        self._http = httpx.Client(transport=_uds_transport(uds),
                                   base_url=_BASE_URL, timeout=timeout_s, trust_env=False)
 
     def __enter__(self) -> ControlClient:
@@ -213,6 +227,9 @@ class ControlClient:
 
     def close(self) -> None:
         self._http.close()
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
     def _do(self, call: _Call) -> Any:
         try:
@@ -277,7 +294,8 @@ class AsyncControlClient:
 
     def __init__(self, socket: str | None = None, *, timeout_s: float = 10.0) -> None:
         self.socket = socket or default_socket_path()
-        self._http = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=self.socket),
+        uds, self._dir_fd = _reachable(self.socket)
+        self._http = httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=uds),
                                        base_url=_BASE_URL, timeout=timeout_s, trust_env=False)
 
     async def __aenter__(self) -> AsyncControlClient:
@@ -288,6 +306,9 @@ class AsyncControlClient:
 
     async def aclose(self) -> None:
         await self._http.aclose()
+        if self._dir_fd is not None:
+            os.close(self._dir_fd)
+            self._dir_fd = None
 
     async def _do(self, call: _Call) -> Any:
         try:

@@ -39,8 +39,10 @@ __all__ = ["SCHEMA_VERSION", "ContractError"]
 
 SCHEMA_VERSION = 1
 
-# A server flag's value as SGLang takes it on the command line (true = a bare switch).
-FlagValue = str | int | float | bool
+# A server flag's value as SGLang takes it on the command line (true = a bare switch; a list
+# is repeated values: --cuda-graph-bs 1 2 4 8).
+FlagScalar = str | int | float | bool
+FlagValue = FlagScalar | tuple[FlagScalar, ...]
 
 
 class ServerState(StrEnum):
@@ -388,9 +390,14 @@ class PauseResult(Record):
 
 @dataclass(frozen=True)
 class ResumeResult(Record):
-    resumed: bool                # False: there was no operator pause
-    was: str | None              # the lifted pause's reason
-    paused: tuple[PauseReason, ...]   # pauses still in force (quality, disk...)
+    """Resume lifts the operator's pause and the quality gate's (the operator accepts or has
+    fixed the cause); a disk pause lifts itself when space comes back."""
+    lifted: tuple[PauseReason, ...]   # empty: nothing an operator can lift was in force
+    paused: tuple[PauseReason, ...]   # pauses still in force (disk...)
+
+    @property
+    def resumed(self) -> bool:
+        return bool(self.lifted)
 
 
 @dataclass(frozen=True)

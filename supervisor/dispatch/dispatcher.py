@@ -27,6 +27,7 @@ from supervisor.config import JobConfig
 from supervisor.dispatch.completion import (Completion, Permanent, Retryable,
                                             classify_response, request_body)
 from supervisor.dispatch.metrics import RateSnapshot, RateWindow
+from supervisor.dispatch.output_lengths import LengthWindow
 from supervisor.dispatch.quality import QualityGate, QualitySnapshot, check_completion
 from supervisor.dispatch.recorder import Recorder
 from supervisor.servers.endpoint import Endpoint
@@ -88,6 +89,7 @@ class Dispatcher:
                                    q.max_truncation_rate)
         self.started_at = clock()
         self.rates = RateWindow(q.metrics_window_s, self.started_at)
+        self.lengths = LengthWindow()
         self._progress: dict[str, ServerProgress] = {}
         self._serving: dict[int, _Serving] = {}
         self._paused: dict[str, str] = {}
@@ -356,6 +358,7 @@ class Dispatcher:
             verdict = check_completion(answer.content, answer.reasoning_content,
                                        answer.finish_reason, self.config.generation.enable_thinking)
             self.rates.add(finished, 1, answer.completion_tokens)
+            self.lengths.add(answer.completion_tokens)
             assert p.rates is not None
             p.rates.add(finished, 1, answer.completion_tokens)
             trip = self.quality.observe(verdict)

@@ -55,7 +55,7 @@ def test_every_action_record_round_trips() -> None:
         c.RequeueFailedRequest("context length"), c.RequeueResult("failed", 3),
         c.PauseRequest("maintenance"),
         c.PauseResult(True, "maintenance", (c.PauseReason("operator", "maintenance"),)),
-        c.ResumeResult(True, "maintenance", ()), c.RestartRequest("gpu1"),
+        c.ResumeResult((c.PauseReason("operator", "maintenance"),), ()), c.RestartRequest("gpu1"),
         c.RestartResult(("gpu0", "gpu1"), "restart requested"),
         c.RetuneRequest((c.FlagSetting("mem-fraction-static", 0.85),
                          c.FlagSetting("cuda-graph-max-bs", None)), "gpu0", True),
@@ -161,3 +161,10 @@ def test_contract_is_standard_library_only() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
     assert out.stdout.strip() == "", out.stdout
+
+
+def test_list_flag_values_round_trip() -> None:
+    r = c.RetuneRequest((c.FlagSetting("cuda-graph-bs", (1, 2, 4, 8)),
+                         c.FlagSetting("json-model-override-args", "{}")))
+    again = c.RetuneRequest.from_json(r.to_json())
+    assert again == r and type(again.flags[0].value) is tuple

@@ -1,0 +1,219 @@
+"""What an operator can do over the socket, each answered with what was done and recorded in
+the events table as `control_action` with the caller's uid, user name and pid.
+
+A value the daemon refuses raises Refused with the HTTP status and one line saying why;
+nothing is changed then. Restarts and retunes take minutes (a model load), so they are
+accepted, run in the control server's task group, and followed through the event stream.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any, Protocol
+
+import anyio
+import anyio.abc
+
+from state.store import Store
+from supervisor.config import ConfigError, JobConfig, with_flags
+from supervisor.control import contract as c
+from supervisor.control.codec import to_plain
+from supervisor.control.peer import actor_of
+from supervisor.control.snapshot import flag_value
+from supervisor.dispatch.dispatcher import Dispatcher
+from supervisor.servers.fleet import Fleet
+
+log = logging.getLogger("supervisor.control")
+
+OPERATOR = "operator"
+LIFTABLE = ("operator", "quality")     # pauses an operator's resume lifts
+MAX_REASON = 500
+
+
+class Refused(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class JobParts(Protocol):
+    config: JobConfig
+    dispatcher: Dispatcher | None
+    fleet: Fleet | None
+
+
+class Actions:
+    def __init__(self, job: JobParts, astore: Any, tg: anyio.abc.TaskGroup,
+                 clock: Any = time.time) -> None:
+        self.job = job
+        self.astore = astore
+        self.tg = tg
+        self.clock = clock
+        self._rolling: str | None = None      # what runs now, for the refusal message
+
+    # -- helpers ------------------------------------------------------------------------------
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        if self.job.dispatcher is None:
+            raise Refused(503, "the job is not dispatching yet")
+        return self.job.dispatcher
+
+    @property
+    def fleet(self) -> Fleet:
+        if self.job.fleet is None:
+            raise Refused(503, "the servers are not set up yet")
+        return self.job.fleet
+
+    def server_names(self) -> list[str]:
+        return list(self.fleet.servers)
+
+    def check_server(self, name: str) -> None:
+        if name not in self.fleet.servers:
+            raise Refused(404, f"no server named {name!r} (have {', '.join(self.fleet.servers)})")
+
+    async def audit(self, action: str, caller: c.Caller | None, request: Any,
+                    result: Any) -> None:
+        detail = {"request": to_plain(request), "result": to_plain(result),
+                  "caller": to_plain(caller)}
+        await self.astore.call(Store.add_event, "control_action", action, detail,
+                               actor_of(caller), self.clock())
+        log.info("control: %s by %s: %s", action, actor_of(caller), to_plain(result))
+
+    def paused(self) -> tuple[c.PauseReason, ...]:
+        return tuple(c.PauseReason(k, v) for k, v in self.dispatcher.snapshot().paused.items())
+
+    # -- actions ------------------------------------------------------------------------------
+
+    async def max_tokens(self, req: c.MaxTokensRequest, caller: c.Caller | None) -> c.MaxTokensResult:
+        actor = actor_of(caller)
+        try:
+            old = await self.dispatcher.set_max_tokens(req.value, actor)
+        except ValueError as exc:
+            raise Refused(422, str(exc)) from None
+        requeued = await self.dispatcher.requeue_truncated(actor) if req.requeue_truncated else None
+        result = c.MaxTokensResult(old=old, new=req.value, requeued=requeued)
+        await self.audit("max-tokens", caller, req, result)
+        return result
+
+    async def requeue_truncated(self, caller: c.Caller | None) -> c.RequeueResult:
+        count = await self.dispatcher.requeue_truncated(actor_of(caller))
+        result = c.RequeueResult("truncated", count, self.dispatcher.max_tokens)
+        await self.audit("requeue-truncated", caller, {}, result)
+        return result
+
+    async def requeue_failed(self, req: c.RequeueFailedRequest,
+                             caller: c.Caller | None) -> c.RequeueResult:
+        method = getattr(Store, "requeue_failed", None)
+        if method is None:
+            raise Refused(501, "this daemon cannot requeue failed prompts yet")
+        count = await self.astore.call(method, req.reason_like)
+        self.dispatcher.poke()
+        result = c.RequeueResult("failed", int(count))
+        await self.audit("requeue-failed", caller, req, result)
+        return result
+
+    async def pause(self, req: c.PauseRequest, caller: c.Caller | None) -> c.PauseResult:
+        reason = " ".join(req.reason.split())
+        if not reason:
+            raise Refused(400, "pause: say why (reason must not be empty)")
+        if len(reason) > MAX_REASON:
+            raise Refused(400, f"pause: reason longer than {MAX_REASON} characters")
+        before = self.dispatcher.snapshot().paused.get(OPERATOR)
+        await self.dispatcher.pause(OPERATOR, reason, actor_of(caller))
+        result = c.PauseResult(changed=before != reason, reason=reason, paused=self.paused())
+        await self.audit("pause", caller, req, result)
+        return result
+
+    async def resume(self, caller: c.Caller | None) -> c.ResumeResult:
+        snap = self.dispatcher.snapshot().paused
+        lifted = []
+        for key in LIFTABLE:
+            if key in snap and await self.dispatcher.resume(key, actor_of(caller)):
+                lifted.append(c.PauseReason(key, snap[key]))
+        result = c.ResumeResult(lifted=tuple(lifted), paused=self.paused())
+        await self.audit("resume", caller, {}, result)
+        return result
+
+    def _start_roll(self, what: str, job: Any) -> None:
+        if self._rolling is not None:
+            raise Refused(409, f"{self._rolling} is still running; wait for it to finish")
+        self._rolling = what
+
+        async def run() -> None:
+            try:
+                result = await job()
+                if not result.ok:
+                    log.warning("control: %s stopped at %s: %s", what, result.aborted_at,
+                                result.reason)
+            finally:
+                self._rolling = None
+
+        self.tg.start_soon(run, name=what)
+
+    async def restart(self, req: c.RestartRequest, caller: c.Caller | None) -> c.RestartResult:
+        if req.server is not None:
+            self.check_server(req.server)
+        order = (req.server,) if req.server else tuple(self.server_names())
+        what = f"restart of {req.server}" if req.server else "rolling restart"
+        actor = actor_of(caller)
+        self._start_roll(what, lambda: self.fleet.restart(req.server, actor))
+        result = c.RestartResult(order=order, reason="restart requested")
+        await self.audit("restart", caller, req, result)
+        return result
+
+    async def retune(self, req: c.RetuneRequest, caller: c.Caller | None) -> c.RetuneResult:
+        if not req.flags:
+            raise Refused(400, "retune: no flags given")
+        if req.server is not None:
+            self.check_server(req.server)
+        targets = [req.server] if req.server else self.server_names()
+        current = self.fleet.flags(targets[0])
+        changes: list[c.FlagChange] = []
+        flags: dict[str, Any] = {}
+        for f in req.flags:
+            if f.name not in current and not req.add:
+                if f.value is None:
+                    raise Refused(422, f"retune: the servers do not run with --{f.name}; "
+                                       f"nothing to remove")
+                have = ", ".join(current) or "none"
+                raise Refused(422, f"retune: unknown flag {f.name!r}: the servers run with "
+                                   f"{have} (add a new flag with add=true / --add)")
+            value = list(f.value) if isinstance(f.value, tuple) else f.value
+            flags[f.name] = value
+            old = current.get(f.name)
+            changes.append(c.FlagChange(f.name, None if old is None else flag_value(old),
+                                        f.value))
+        try:
+            for name in targets:
+                server = self.fleet.servers[name]
+                with_flags(replace(self.job.config, servers=server.servers), flags)
+        except ConfigError as exc:
+            raise Refused(422, f"retune: {exc}") from None
+        actor = actor_of(caller)
+        what = f"retune of {req.server}" if req.server else "rolling retune"
+        self._start_roll(what, lambda: self.fleet.retune(flags, req.server, actor))
+        result = c.RetuneResult(changes=tuple(changes), order=tuple(targets))
+        await self.audit("retune", caller, req, result)
+        return result
+
+    async def reset(self, name: str, caller: c.Caller | None) -> c.ResetResult:
+        self.check_server(name)
+        state = self.fleet.servers[name].state
+        if state is not c.ServerState.FAILED:
+            raise Refused(409, f"{name} is {state.value}, not FAILED: reset only restarts a "
+                               f"FAILED server (use restart)")
+        if not await self.fleet.reset(name, actor_of(caller)):
+            raise Refused(409, f"{name} left FAILED meanwhile")
+        result = c.ResetResult(server=name, was=c.ServerState.FAILED)
+        await self.audit("reset", caller, {"server": name}, result)
+        return result
+
+    def log_tail(self, name: str, lines: int) -> c.LogTail:
+        self.check_server(name)
+        server = self.fleet.servers[name]
+        return c.LogTail(server=name, path=str(server.log.path),
+                         lines=tuple(self.fleet.recent_log(name, lines)))

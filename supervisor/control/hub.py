@@ -1,0 +1,186 @@
+"""The status hub: builds snapshots, follows the events table, fans both out to readers.
+
+One snapshot is built and serialised per interval however many readers there are; each
+reader has a small bounded buffer of those serialised lines. A reader that does not keep up
+loses its oldest lines (it is told how many, as a Gap), so no reader can slow the job or
+make the daemon hold more than `buffer` lines per reader.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections import deque
+from typing import Awaitable, Callable
+
+import anyio
+
+from state.store import Store
+from supervisor.control import contract as c
+from supervisor.control.snapshot import event_of
+
+log = logging.getLogger("supervisor.control")
+
+EVENT_POLL_S = 0.2
+RECENT_EVENTS = 50
+REPLAY_PAGE = 500
+REPLAY_LIMIT = 20_000
+THROUGHPUT_POINTS = 120
+THROUGHPUT_EVERY_S = 5.0
+
+
+class Subscriber:
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: deque[tuple[int | None, str]] = deque()
+        self.dropped = 0
+        self.closed = False
+        self._wake = anyio.Event()
+
+    def put(self, event_id: int | None, line: str) -> None:
+        if len(self._items) >= self.size:
+            self._items.popleft()
+            self.dropped += 1
+        self._items.append((event_id, line))
+        self._wake.set()
+
+    def close(self) -> None:
+        self.closed = True
+        self._wake.set()
+
+    async def next_batch(self) -> list[tuple[int | None, str]]:
+        """What arrived since the last call (a Gap line first if some was dropped); empty
+        once the hub is closed."""
+        while not self._items and not self.closed:
+            await self._wake.wait()
+            self._wake = anyio.Event()
+        batch = list(self._items)
+        self._items.clear()
+        if self.dropped:
+            batch.insert(0, (None, c.stream_line(c.Gap(self.dropped))))
+            self.dropped = 0
+        return batch
+
+
+StatusBuilder = Callable[[tuple[c.ThroughputPoint, ...], tuple[c.Event, ...]],
+                         Awaitable[c.Status]]
+
+
+class Hub:
+    def __init__(self, astore: object, build: StatusBuilder, interval_s: float,
+                 buffer: int = 64, clock: Callable[[], float] = time.time,
+                 on_event: Callable[[c.Event], None] | None = None) -> None:
+        self.astore = astore
+        self._build = build
+        self.interval_s = interval_s
+        self.buffer = buffer
+        self.clock = clock
+        self.on_event = on_event
+        self._subscribers: set[Subscriber] = set()
+        self.events: deque[c.Event] = deque(maxlen=RECENT_EVENTS)
+        self.last_event_id = 0
+        self._throughput: deque[c.ThroughputPoint] = deque(maxlen=THROUGHPUT_POINTS)
+        self._cached: tuple[float, c.Status] | None = None
+        self._building = anyio.Lock()
+        self.closed = False
+
+    async def _store(self, fn: Callable[..., object], *args: object) -> object:
+        return await self.astore.call(fn, *args)  # type: ignore[attr-defined]
+
+    # -- readers ------------------------------------------------------------------------------
+
+    def subscribe(self) -> Subscriber:
+        sub = Subscriber(self.buffer)
+        if self.closed:
+            sub.close()
+        self._subscribers.add(sub)
+        return sub
+
+    def unsubscribe(self, sub: Subscriber) -> None:
+        self._subscribers.discard(sub)
+
+    @property
+    def readers(self) -> int:
+        return len(self._subscribers)
+
+    async def status(self, max_age_s: float = 0.2) -> c.Status:
+        """A snapshot at most `max_age_s` old: a crowd of pollers shares one build."""
+        async with self._building:
+            now = time.monotonic()
+            if self._cached is not None and now - self._cached[0] <= max_age_s:
+                return self._cached[1]
+            status = await self._build(tuple(self._throughput), tuple(self.events))
+            self._cached = (time.monotonic(), status)
+            return status
+
+    def invalidate(self) -> None:
+        """An action changed something: the next status is built fresh."""
+        self._cached = None
+
+    async def replay(self, since: int, upto: int) -> list[c.Event]:
+        """Events with since < id <= upto from the DB, oldest first (bounded)."""
+        out: list[c.Event] = []
+        after = since
+        while after < upto and len(out) < REPLAY_LIMIT:
+            page = await self._store(Store.events_after, after, REPLAY_PAGE)
+            assert isinstance(page, list)
+            for e in page:
+                if e.id > upto:
+                    return out
+                out.append(event_of(e))
+            if len(page) < REPLAY_PAGE:
+                break
+            after = page[-1].id
+        return out
+
+    # -- the publisher ------------------------------------------------------------------------
+
+    async def prime(self) -> None:
+        recent = await self._store(Store.recent_events, RECENT_EVENTS)
+        assert isinstance(recent, list)
+        for e in recent:
+            self.events.append(event_of(e))
+        self.last_event_id = recent[-1].id if recent else 0
+
+    async def run(self) -> None:
+        """Until cancelled: new events every EVENT_POLL_S, a snapshot every interval."""
+        next_status = next_point = time.monotonic()
+        try:
+            while True:
+                await self._poll_events()
+                now = time.monotonic()
+                if now >= next_point:
+                    next_point = now + THROUGHPUT_EVERY_S
+                    status = await self.status(max_age_s=0.0)
+                    self._throughput.append(c.ThroughputPoint(
+                        status.time, status.rates.req_per_s, status.rates.tok_per_s))
+                if now >= next_status:
+                    next_status = now + self.interval_s
+                    if self._subscribers:
+                        self._publish(None, c.stream_line(await self.status(max_age_s=0.0)))
+                await anyio.sleep(min(EVENT_POLL_S, max(0.0, next_status - time.monotonic())))
+        finally:
+            self.close()
+
+    async def _poll_events(self) -> None:
+        while True:
+            page = await self._store(Store.events_after, self.last_event_id, REPLAY_PAGE)
+            assert isinstance(page, list)
+            for e in page:
+                event = event_of(e)
+                if self.on_event is not None:
+                    self.on_event(event)
+                self.events.append(event)
+                self.last_event_id = e.id
+                self._publish(e.id, c.stream_line(event))
+            if len(page) < REPLAY_PAGE:
+                return
+
+    def _publish(self, event_id: int | None, line: str) -> None:
+        for sub in self._subscribers:
+            sub.put(event_id, line)
+
+    def close(self) -> None:
+        self.closed = True
+        for sub in list(self._subscribers):
+            sub.close()

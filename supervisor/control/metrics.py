@@ -1,0 +1,132 @@
+"""`GET /metrics`: the snapshot's figures in Prometheus' text format, for the node's
+monitoring. prometheus-client writes the exposition format (escaping, HELP/TYPE lines,
+counter `_total` naming) so we do not hand-format it.
+
+Counters count since this daemon started (Prometheus treats a restart as a counter reset),
+except prompts by outcome, which are the job's totals from the state DB.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Iterator
+
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from supervisor.control import contract as c
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+
+class RestartCauses:
+    """Server restarts by server and cause, counted from the events as the hub sees them."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[tuple[str, str]] = Counter()
+
+    def observe(self, e: c.Event) -> None:
+        if e.kind != "server_state":
+            return
+        d = e.detail()
+        to = d.get("to")
+        if to in ("BACKOFF", "FAILED"):
+            self.counts[(e.subject, str(d.get("exit_kind") or "unknown"))] += 1
+        elif to == "DRAINING" and e.actor not in ("supervisor", ""):
+            self.counts[(e.subject, "operator")] += 1
+
+
+class _StatusCollector(Collector):
+    def __init__(self, s: c.Status, totals: tuple[int, int], causes: RestartCauses,
+                 requests: dict[str, tuple[int, int]]) -> None:
+        self.s, self.totals, self.causes, self.requests = s, totals, causes, requests
+
+    def collect(self) -> Iterator[Metric]:
+        s = self.s
+        prompts = CounterMetricFamily("dflash_prompts", "Prompts finished, by outcome",
+                                      labels=["outcome"])
+        prompts.add_metric(["done"], s.job.done)
+        prompts.add_metric(["failed"], s.job.failed)
+        yield prompts
+        state = GaugeMetricFamily("dflash_prompts_state", "Prompts by state now",
+                                  labels=["state"])
+        for name, n in (("pending", s.job.pending), ("in_flight", s.job.in_flight),
+                        ("done", s.job.done), ("failed", s.job.failed)):
+            state.add_metric([name], n)
+        yield state
+        completions, tokens = self.totals
+        yield CounterMetricFamily("dflash_completions", "Completions received by this daemon",
+                                  value=completions)
+        yield CounterMetricFamily("dflash_output_tokens", "Output tokens received by this daemon",
+                                  value=tokens)
+        requests = CounterMetricFamily("dflash_requests", "Requests answered, by server and "
+                                       "result", labels=["server", "result"])
+        for server, (done, errors) in sorted(self.requests.items()):
+            requests.add_metric([server, "completed"], done - errors)
+            requests.add_metric([server, "error"], errors)
+        yield requests
+        restarts = CounterMetricFamily("dflash_server_restarts", "Server stops that led to a "
+                                       "restart, by server and cause", labels=["server", "cause"])
+        for (server, cause), n in sorted(self.causes.counts.items()):
+            restarts.add_metric([server, cause], n)
+        yield restarts
+        yield from self._gauges(s)
+
+    def _gauges(self, s: c.Status) -> Iterator[Metric]:
+        def gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
+            if value is not None:
+                yield GaugeMetricFamily(name, doc, value=value)
+
+        yield from gauge("dflash_max_tokens", "Live max tokens", s.max_tokens)
+        yield from gauge("dflash_requests_per_second", "Windowed completions per second",
+                         s.rates.req_per_s)
+        yield from gauge("dflash_output_tokens_per_second", "Windowed output tokens per second",
+                         s.rates.tok_per_s)
+        yield from gauge("dflash_truncation_ratio", "Truncated share of recent completions",
+                         s.quality.truncation_rate)
+        yield from gauge("dflash_bad_output_ratio", "Bad share of recent completions",
+                         s.quality.bad_rate)
+        yield from gauge("dflash_eta_seconds", "Estimated seconds to finish", s.eta.seconds)
+        paused = GaugeMetricFamily("dflash_paused", "1 while dispatch is paused for this "
+                                   "reason", labels=["source"])
+        for p in s.paused:
+            paused.add_metric([p.source], 1)
+        yield paused
+        in_flight = GaugeMetricFamily("dflash_in_flight", "Requests in flight", labels=["server"])
+        by_state: Counter[str] = Counter(srv.state.value for srv in s.servers)
+        for srv in s.servers:
+            in_flight.add_metric([srv.name], srv.in_flight)
+        yield in_flight
+        states = GaugeMetricFamily("dflash_servers", "Servers by state", labels=["state"])
+        for st in c.ServerState:
+            states.add_metric([st.value], by_state.get(st.value, 0))
+        yield states
+        gpu_figures = (("dflash_gpu_power_watts", "GPU power draw", "power_w"),
+                       ("dflash_gpu_power_limit_watts", "GPU power limit", "power_limit_w"),
+                       ("dflash_gpu_utilization_percent", "GPU utilisation", "utilization_pct"),
+                       ("dflash_gpu_memory_used_bytes", "GPU memory used", "memory_used_bytes"),
+                       ("dflash_gpu_temperature_celsius", "GPU temperature", "temperature_c"))
+        for name, doc, attr in gpu_figures:
+            family = GaugeMetricFamily(name, doc, labels=["gpu", "server"])
+            for g in s.gpus.gpus:
+                value = getattr(g, attr)
+                if value is not None:
+                    family.add_metric([str(g.index), g.server or ""], value)
+            yield family
+        if s.uploads is not None:
+            yield from gauge("dflash_upload_backlog_shards", "Shards waiting to be uploaded",
+                             s.uploads.backlog_shards)
+            yield from gauge("dflash_upload_backlog_bytes", "Bytes waiting to be uploaded",
+                             s.uploads.backlog_bytes)
+            yield from gauge("dflash_upload_consecutive_failures", "Upload failures in a row",
+                             s.uploads.consecutive_failures)
+            yield from gauge("dflash_uploads_stopped", "1 when uploads stopped",
+                             1 if s.uploads.stopped else 0)
+
+
+def render(s: c.Status, totals: tuple[int, int], causes: RestartCauses,
+           requests: dict[str, tuple[int, int]]) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_StatusCollector(s, totals, causes, requests))
+    return generate_latest(registry)

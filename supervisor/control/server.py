@@ -1,0 +1,79 @@
+"""The control server: uvicorn serving the control app on the job's Unix socket, inside the
+job's task group, for as long as the job runs.
+
+The socket is bound before the job starts (`socket_file.bind`), so a second daemon on the
+same path stops at once with a clear message, and it is served here once the dispatcher and
+the fleet exist. uvicorn runs on the job's event loop; its own signal handling is switched
+off because the job owns SIGTERM/SIGINT (a stop must drain servers, not just close sockets).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from typing import Any, Iterator
+
+import anyio
+import uvicorn
+
+from supervisor.control.actions import Actions, JobParts
+from supervisor.control.app import build_app
+from supervisor.control.hub import Hub
+from supervisor.control.metrics import RestartCauses
+from supervisor.control.peer import PeerCredProtocol
+from supervisor.control.socket_file import BoundSocket
+
+log = logging.getLogger("supervisor.control")
+
+# Connections and requests at once; past it uvicorn answers 503 instead of queueing, so a
+# flood of clients costs the job nothing but refusals.
+MAX_CONCURRENCY = 256
+# Header bytes h11 buffers before it answers 400: a request line or headers this big are
+# not ours (request bodies are limited separately, by the app).
+MAX_HEADER_BYTES = 16 * 1024
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # The job's own signal receiver handles SIGTERM/SIGINT; uvicorn must not replace it.
+        yield
+
+
+class ControlServer:
+    def __init__(self, job: JobParts, astore: Any, bound: BoundSocket, interval_s: float,
+                 status: Any) -> None:
+        """`status(throughput, events)` builds a contract Status (the job supplies it)."""
+        self.job = job
+        self.astore = astore
+        self.bound = bound
+        self.causes = RestartCauses()
+        self.hub = Hub(astore, status, interval_s, on_event=self.causes.observe)
+
+    async def run(self) -> None:
+        """Until cancelled; the socket file is removed on the way out."""
+        try:
+            await self.hub.prime()
+            async with anyio.create_task_group() as tg:
+                actions = Actions(self.job, self.astore, tg)
+                app = build_app(self.hub, actions, self.causes)
+                config = uvicorn.Config(
+                    app, http=PeerCredProtocol, ws="none", lifespan="off", log_config=None,
+                    access_log=False, limit_concurrency=MAX_CONCURRENCY,
+                    h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5,
+                    timeout_graceful_shutdown=2, server_header=False)
+                server = _Server(config)
+                tg.start_soon(self.hub.run, name="control hub")
+                log.info("control socket: %s", self.bound.path)
+                try:
+                    await server.serve(sockets=[self.bound.sock])
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        self.hub.close()           # open event streams end now
+                        if server.started:
+                            server.should_exit = True
+                            with anyio.move_on_after(3):
+                                await server.shutdown(sockets=[self.bound.sock])
+                tg.cancel_scope.cancel()
+        finally:
+            self.bound.close()

@@ -1,0 +1,131 @@
+"""Builds the contract's Status from the running job: the dispatcher's windows, the fleet's
+servers, the GPU sampler, the uploader and one cheap store query (the counts)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any, Protocol
+
+from state.records import Event as StoreEvent
+from supervisor.config import JobConfig
+from supervisor.control import contract as c
+from supervisor.gpu.snapshot import GpuTelemetry
+from supervisor.job_status import JobStatus
+from supervisor.servers.server_state import ServerSnapshot
+from supervisor.uploads.upload_status import UploadStatus
+
+
+class FlagSource(Protocol):
+    def flags(self, name: str) -> dict[str, Any]: ...
+
+
+def flag_value(value: Any) -> c.FlagValue:
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(v if isinstance(v, (bool, int, float, str)) else str(v) for v in value)
+    return str(value)
+
+
+def flags_of(flags: Mapping[str, Any]) -> tuple[c.Flag, ...]:
+    return tuple(c.Flag(k, flag_value(v)) for k, v in flags.items())
+
+
+def event_of(e: StoreEvent) -> c.Event:
+    import json
+
+    caller = None
+    raw = e.detail.get("caller") if isinstance(e.detail, dict) else None
+    if isinstance(raw, dict):
+        try:
+            caller = c.Caller.from_plain(raw)
+        except c.ContractError:
+            caller = None
+    return c.Event(id=e.id, time=e.time, kind=e.kind, subject=e.subject, actor=e.actor,
+                   detail_json=json.dumps(e.detail, ensure_ascii=False, default=str),
+                   caller=caller)
+
+
+def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
+            flags: FlagSource | None) -> c.ServerStatus:
+    r = rates.get(s.name)
+    ready = s.state is c.ServerState.READY
+    try:
+        server_flags = flags_of(flags.flags(s.name)) if flags is not None else ()
+    except KeyError:
+        server_flags = ()
+    return c.ServerStatus(
+        name=s.name, gpus=tuple(s.gpus), port=s.port, state=c.ServerState(s.state),
+        state_reason=s.state_reason, state_since=s.state_since, pid=s.pid,
+        uptime_s=max(0.0, now - s.state_since) if ready else None, in_flight=s.in_flight,
+        max_running=s.max_running, req_per_s=r.req_per_s if r else 0.0,
+        tok_per_s=r.tok_per_s if r else 0.0, restarts=s.restarts,
+        failures_in_window=s.failures_in_window, last_exit_reason=s.last_exit_reason,
+        flags=server_flags, argv=tuple(s.argv))
+
+
+def _gpus(t: GpuTelemetry | None, servers: Iterable[ServerSnapshot]) -> c.Gpus:
+    if t is None:
+        return c.Gpus(available=False, reason="not sampled yet", sampled_at=None)
+    owner = {g: s.name for s in servers for g in s.gpus}
+    return c.Gpus(
+        available=t.available, reason=t.reason, sampled_at=t.sampled_at,
+        driver_version=t.driver_version,
+        gpus=tuple(c.GpuStatus(
+            index=g.index, name=g.name, server=owner.get(g.index), power_w=g.power_w,
+            power_limit_w=g.power_limit_w, utilization_pct=g.utilization_pct,
+            memory_used_bytes=g.memory_used_bytes, memory_total_bytes=g.memory_total_bytes,
+            temperature_c=g.temperature_c, errors=tuple(g.errors)) for g in t.gpus))
+
+
+def _uploads(u: UploadStatus | None) -> c.Uploads | None:
+    if u is None:
+        return None
+    return c.Uploads(
+        destination=u.destination, remote=u.remote, backlog_shards=u.backlog_shards,
+        backlog_bytes=u.backlog_bytes, uploaded_shards=u.uploaded_shards,
+        uploaded_bytes=u.uploaded_bytes, in_flight=u.in_flight, bytes_per_s=u.bytes_per_s,
+        shards_per_s=u.shards_per_s, last_success_at=u.last_success_at,
+        consecutive_failures=u.consecutive_failures, last_error=u.last_error,
+        corrupt_total=u.corrupt_total, stopped=u.stopped)
+
+
+def context_length(config: JobConfig) -> int | None:
+    value = config.servers.flags.get("context-length")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
+                 histogram: tuple[tuple[int, ...], tuple[int, ...], int],
+                 flags: FlagSource | None = None,
+                 throughput: tuple[c.ThroughputPoint, ...] = (),
+                 events: tuple[c.Event, ...] = ()) -> c.Status:
+    d = js.dispatch
+    r, q = d.rates, d.quality
+    servers: tuple[ServerSnapshot, ...] = tuple(js.servers)
+    edges, counts, samples = histogram
+    remaining = js.pending + js.in_flight
+    return c.Status(
+        schema_version=c.SCHEMA_VERSION, time=js.time, started_at=started_at,
+        daemon_pid=os.getpid(), model=config.job.model, max_tokens=d.max_tokens,
+        context_length=context_length(config),
+        job=c.JobCounts(total=js.total, done=js.done, pending=js.pending,
+                        in_flight=js.in_flight, failed=js.failed),
+        rates=c.Rates(req_per_s=r.req_per_s, tok_per_s=r.tok_per_s,
+                      avg_output_tokens=r.avg_output_tokens, completions=r.completions,
+                      window_s=config.quality.metrics_window_s, span_s=r.span_s,
+                      warming_up=r.warming_up),
+        eta=c.Eta(seconds=js.eta_s, warming_up=r.warming_up and remaining > 0),
+        quality=c.Quality(
+            window=config.quality.window, samples=q.samples, bad_rate=q.bad_rate,
+            truncation_rate=q.truncation_rate,
+            problems=tuple(c.ProblemCount(k, v) for k, v in sorted(q.problems.items())),
+            checked_total=q.checked_total, bad_total=q.bad_total,
+            truncated_total=q.truncated_total, tripped=q.tripped),
+        paused=tuple(c.PauseReason(k, v) for k, v in d.paused.items()),
+        servers=tuple(_server(s, js.time, d.per_server, flags) for s in servers),
+        gpus=_gpus(js.gpu, servers), uploads=_uploads(js.uploads),
+        output_lengths=c.Histogram(edges=edges, counts=counts, samples=samples,
+                                   max_tokens=d.max_tokens),
+        throughput=throughput, recent_events=events)

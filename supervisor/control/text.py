@@ -1,0 +1,129 @@
+"""Plain-text views of contract records for `status` and `ctl` (and anything else that
+prints): the formatting lives here, not in the data. Standard library only."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from supervisor.control import contract as c
+
+
+def duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "--"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    if s < 86400 * 2:
+        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+
+
+def si(x: float) -> str:
+    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+        if abs(x) >= size:
+            return f"{x / size:.1f}{unit}"
+    return f"{x:.0f}"
+
+
+def size(nbytes: int | None) -> str:
+    return "--" if nbytes is None else si(nbytes) + "B"
+
+
+def clock(t: float | None) -> str:
+    return "--" if t is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(t))
+
+
+def eta(e: c.Eta) -> str:
+    text = duration(e.seconds)
+    if e.low_s is not None and e.high_s is not None:
+        text += f" ({duration(e.low_s)}..{duration(e.high_s)})"
+    return text + (" (warming up)" if e.warming_up else "")
+
+
+def progress_line(s: c.Status) -> str:
+    j, r, q = s.job, s.rates, s.quality
+    pct = 100.0 * j.done / j.total if j.total else 0.0
+    ready = sum(1 for srv in s.servers if srv.state is c.ServerState.READY)
+    parts = [f"{j.done}/{j.total} ({pct:.1f}%)", f"{r.req_per_s:.1f} req/s",
+             f"{si(r.tok_per_s)} tok/s", f"avg {r.avg_output_tokens:.0f} tok",
+             f"trunc {100 * q.truncation_rate:.1f}%", f"bad {100 * q.bad_rate:.1f}%",
+             f"ETA {eta(s.eta)}", f"servers {ready}/{len(s.servers)} ready"]
+    if j.failed:
+        parts.append(f"failed {j.failed}")
+    return "  ".join(parts)
+
+
+def event_line(e: c.Event) -> str:
+    who = e.actor if e.caller is None else f"{e.caller.user}(uid {e.caller.uid}, pid {e.caller.pid})"
+    return (f"{clock(e.time)}  #{e.id:<6} {e.kind:<16} {e.subject:<12} {who:<24} "
+            f"{e.detail_json[:140]}")
+
+
+def report(s: c.Status, source: str) -> str:
+    j = s.job
+    out = [f"live from the daemon (pid {s.daemon_pid}) on {source}, up {duration(s.time - s.started_at)}",
+           f"prompts  {progress_line(s)}",
+           f"         {j.pending} pending, {j.in_flight} in flight, {j.failed} failed; "
+           f"max tokens {s.max_tokens}" + (f" (context {s.context_length})"
+                                           if s.context_length else "")]
+    for p in s.paused:
+        out.append(f"PAUSED   ({p.source}) {p.reason}")
+    if s.quality.tripped:
+        out.append(f"quality  {s.quality.tripped}")
+    out.append("servers  name      state     in-flight  req/s  restarts  uptime   last exit")
+    for srv in s.servers:
+        out.append(f"         {srv.name:<9} {srv.state.value:<9} {srv.in_flight:>4}/{srv.max_running:<4} "
+                   f"{srv.req_per_s:>6.1f}  {srv.restarts:>8}  {duration(srv.uptime_s):>7}  "
+                   f"{srv.last_exit_reason or ''}")
+        if srv.state in (c.ServerState.FAILED, c.ServerState.BACKOFF):
+            out.append(f"           {srv.state_reason}")
+    if s.gpus.available:
+        for g in s.gpus.gpus:
+            mem = (f"{size(g.memory_used_bytes)}/{size(g.memory_total_bytes)}")
+            power = "--" if g.power_w is None else f"{g.power_w:.0f}W"
+            limit = "" if g.power_limit_w is None else f"/{g.power_limit_w:.0f}W"
+            util = "--" if g.utilization_pct is None else f"{g.utilization_pct:.0f}%"
+            temp = "--" if g.temperature_c is None else f"{g.temperature_c:.0f}C"
+            out.append(f"gpu {g.index:<4} {power}{limit}  util {util}  mem {mem}  {temp}  "
+                       f"{g.server or ''}")
+    else:
+        out.append(f"gpus     unavailable: {s.gpus.reason}")
+    u = s.uploads
+    if u is not None:
+        state = f"STOPPED: {u.stopped}" if u.stopped else f"{size(int(u.bytes_per_s))}/s"
+        out.append(f"uploads  {u.destination}: {u.uploaded_shards} uploaded "
+                   f"({size(u.uploaded_bytes)}), backlog {u.backlog_shards} "
+                   f"({size(u.backlog_bytes)}), {state}, last {clock(u.last_success_at)}")
+        if u.last_error and u.consecutive_failures:
+            out.append(f"         {u.consecutive_failures} failures in a row: {u.last_error[:160]}")
+    for e in s.recent_events[-10:]:
+        out.append(event_line(e))
+    return "\n".join(out)
+
+
+def result_text(record: object) -> str:
+    """One readable line for an action's answer."""
+    if isinstance(record, c.MaxTokensResult):
+        more = f", {record.requeued} truncated prompts requeued" if record.requeued is not None else ""
+        return f"max tokens {record.old} -> {record.new}{more}"
+    if isinstance(record, c.RequeueResult):
+        return f"{record.count} {record.what} prompts back to pending"
+    if isinstance(record, c.PauseResult):
+        return ("paused: " if record.changed else "already paused: ") + record.reason
+    if isinstance(record, c.ResumeResult):
+        lifted = "; ".join(f"{p.source}: {p.reason}" for p in record.lifted) or "nothing to lift"
+        still = "; ".join(f"{p.source}: {p.reason}" for p in record.paused)
+        return f"resumed ({lifted})" + (f"; still paused by {still}" if still else "")
+    if isinstance(record, c.RestartResult):
+        return f"restarting {', '.join(record.order)} in this order (each READY before the next)"
+    if isinstance(record, c.RetuneResult):
+        changes = ", ".join(f"{ch.name}: {json.dumps(ch.old)} -> {json.dumps(ch.new)}"
+                            for ch in record.changes)
+        return f"retune {changes}; restarting {', '.join(record.order)} in this order"
+    if isinstance(record, c.ResetResult):
+        return f"{record.server} was {record.was.value}: starting again"
+    return str(record)
