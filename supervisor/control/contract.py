@@ -66,6 +66,9 @@ class JobCounts(Record):
     pending: int
     in_flight: int
     failed: int             # gave up on (HTTP 400, attempts exhausted); can be requeued
+    # Done prompts cut off (finish_reason length) under a lower limit than the live max
+    # tokens: what "requeue truncated" would send back to pending now (Store.truncated_count).
+    requeueable_truncated: int | None = None
 
     @property
     def remaining(self) -> int:
