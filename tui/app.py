@@ -1,20 +1,98 @@
-"""`dflash-tui`: the terminal UI that attaches to a running daemon's control socket.
+"""`dflash-tui [--socket PATH] [--readonly]`: the operator's live view of a running daemon.
 
-The control socket is not part of this release yet, so there is nothing to attach to; say
-so plainly and point at what does work, rather than failing with an import error.
+`make_app(daemon)` builds the app around any client with the `Daemon` operations (the real
+control-socket client in use, a fake with fixed data in tests). The app owns the feed from
+the daemon and hands the data down to the main screen; it never touches the daemon's state
+DB, GPUs or object store.
 """
 
 from __future__ import annotations
 
+import argparse
 import sys
+from pathlib import Path
+
+from textual import work
+from textual.app import App
+from textual.reactive import reactive
+
+from supervisor.control.client import default_socket_path
+from supervisor.control.contract import Event, Status
+from tui.daemon import Daemon, connect
+from tui.link_state import LinkState
+from tui.screens.main_screen import MainScreen
+from tui.status_feed import FeedTiming, follow
+
+KEEP_EVENTS = 200
 
 
-def main() -> int:
-    print("dflash-tui: this version of dflash-supervisor has no control socket to attach to yet.\n"
-          "For a job's progress use `dflash-supervisor status --state PATH/TO/job.db`, or\n"
-          "`systemctl status dflash-supervisor` for the daemon's live status line.",
-          file=sys.stderr)
-    return 2
+class DflashTui(App[None]):
+    CSS_PATH = Path(__file__).with_name("dflash.tcss")
+    TITLE = "dflash-tui"
+    ENABLE_COMMAND_PALETTE = False
+
+    status: reactive[Status | None] = reactive(None)
+    link: reactive[LinkState] = reactive(LinkState.connecting)
+    events: reactive[tuple[Event, ...]] = reactive(())
+
+    def __init__(self, daemon: Daemon, *, readonly: bool = False,
+                 timing: FeedTiming = FeedTiming()) -> None:
+        super().__init__()
+        self.daemon = daemon
+        self.readonly = readonly
+        self.timing = timing
+        self._events: dict[int, Event] = {}
+
+    def on_mount(self) -> None:
+        self.push_screen(MainScreen(self.daemon, self.readonly).data_bind(
+            DflashTui.status, DflashTui.link, DflashTui.events))
+        self.follow_daemon()
+
+    async def on_unmount(self) -> None:
+        await self.daemon.aclose()
+
+    @work(exclusive=True, group="feed")
+    async def follow_daemon(self) -> None:
+        await follow(self.daemon, on_status=self._got_status, on_event=self._got_event,
+                     on_link=self._got_link, timing=self.timing)
+
+    def _got_status(self, status: Status) -> None:
+        self.status = status
+        self._merge(status.recent_events)
+
+    def _got_event(self, event: Event) -> None:
+        self._merge((event,))
+
+    def _got_link(self, link: LinkState) -> None:
+        self.link = link
+
+    def _merge(self, events: tuple[Event, ...]) -> None:
+        fresh = [e for e in events if e.id not in self._events]
+        if not fresh:
+            return
+        for e in fresh:
+            self._events[e.id] = e
+        if len(self._events) > KEEP_EVENTS:
+            for old in sorted(self._events)[:-KEEP_EVENTS]:
+                del self._events[old]
+        self.events = tuple(self._events[i] for i in sorted(self._events))
+
+
+def make_app(daemon: Daemon, *, readonly: bool = False,
+             timing: FeedTiming = FeedTiming()) -> DflashTui:
+    return DflashTui(daemon, readonly=readonly, timing=timing)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="dflash-tui", description="Watch and steer a running dflash-supervisor daemon.")
+    parser.add_argument("--socket", default=None,
+                        help=f"the daemon's control socket (default: {default_socket_path()})")
+    parser.add_argument("--readonly", action="store_true",
+                        help="watch only: hide and disable every action key")
+    args = parser.parse_args(argv)
+    make_app(connect(args.socket), readonly=args.readonly).run()
+    return 0
 
 
 if __name__ == "__main__":

@@ -1,0 +1,1 @@
+"""Modal dialogs: each asks one question and dismisses with the answer (None: cancelled)."""

@@ -1,0 +1,74 @@
+"""Set max tokens live: the current value doubled as the default, with "requeue truncated"
+offered so the prompts cut off at the old limit run again at the new one."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Static
+
+
+@dataclass(frozen=True)
+class MaxTokensChoice:
+    value: int
+    requeue_truncated: bool
+
+
+class MaxTokensDialog(ModalScreen[MaxTokensChoice | None]):
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, current: int, context_length: int | None,
+                 truncated: int | None) -> None:
+        super().__init__()
+        self.current = current
+        self.context_length = context_length
+        self.truncated = truncated
+
+    def compose(self) -> ComposeResult:
+        proposed = self.current * 2
+        if self.context_length is not None and proposed >= self.context_length:
+            proposed = max(self.current, self.context_length // 2)
+        limit = (f" (below the context length, {self.context_length:,})"
+                 if self.context_length else "")
+        how_many = f"{self.truncated:,} " if self.truncated is not None else ""
+        with Vertical(classes="dialog") as box:
+            box.border_title = "Max tokens"
+            yield Static(f"Now {self.current:,}. New limit{limit}; requests in flight "
+                         "finish at the old one.", classes="dialog-text")
+            yield Input(str(proposed), type="integer", id="value")
+            yield Checkbox(f"Also requeue the {how_many}truncated prompts", value=True,
+                           id="requeue")
+            yield Static("", id="error", classes="dialog-error")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Set (enter)", variant="primary", id="ok")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#value", Input).focus()
+
+    def on_input_submitted(self) -> None:
+        self._submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "ok":
+            self._submit()
+        else:
+            self.dismiss(None)
+
+    def _submit(self) -> None:
+        text = self.query_one("#value", Input).value.strip()
+        try:
+            value = int(text)
+        except ValueError:
+            value = 0
+        if value < 1:
+            self.query_one("#error", Static).update(f"{text!r} is not a whole number ≥ 1")
+            return
+        self.dismiss(MaxTokensChoice(value, self.query_one("#requeue", Checkbox).value))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

@@ -1,0 +1,73 @@
+"""Retune SGLang flags: lists what the selected server runs with, takes `name=value` changes,
+and applies them to that server or to all (a rolling restart either way)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.screen import ModalScreen
+from textual.widgets import Button, Checkbox, Input, Static
+
+from supervisor.control.contract import FlagValue, ServerStatus
+from tui.flag_text import FlagSyntaxError, parse_flags, show_flags
+
+
+@dataclass(frozen=True)
+class RetuneChoice:
+    flags: dict[str, FlagValue | None]
+    server: str | None          # None: every server, one at a time
+    add: bool                   # allow flags the servers do not run with yet
+
+
+class RetuneDialog(ModalScreen[RetuneChoice | None]):
+    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+
+    def __init__(self, server: ServerStatus) -> None:
+        super().__init__()
+        self.server = server
+
+    def compose(self) -> ComposeResult:
+        with Vertical(classes="dialog wide") as box:
+            box.border_title = f"Retune flags ({self.server.name} runs with)"
+            with VerticalScroll(id="current-flags"):
+                yield Static(show_flags(self.server.flags), markup=False)
+            yield Static("Changes, as name=value (an empty value removes a flag):",
+                         classes="dialog-text")
+            yield Input(placeholder="max-running-requests=48 mem-fraction-static=0.85",
+                        id="flags")
+            yield Checkbox(f"Only {self.server.name} (otherwise all servers, one at a time)",
+                           value=False, id="only")
+            yield Checkbox("Allow flags not set yet (a typo guard otherwise)", value=False,
+                           id="add")
+            yield Static("", id="error", classes="dialog-error")
+            with Horizontal(classes="dialog-buttons"):
+                yield Button("Retune (enter)", variant="warning", id="ok")
+                yield Button("Cancel (esc)", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#flags", Input).focus()
+
+    def on_input_submitted(self) -> None:
+        self._submit()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "ok":
+            self._submit()
+        else:
+            self.dismiss(None)
+
+    def _submit(self) -> None:
+        try:
+            flags = parse_flags(self.query_one("#flags", Input).value)
+        except FlagSyntaxError as exc:
+            self.query_one("#error", Static).update(str(exc))
+            return
+        only = self.query_one("#only", Checkbox).value
+        self.dismiss(RetuneChoice(flags, self.server.name if only else None,
+                                  self.query_one("#add", Checkbox).value))
+
+    def action_cancel(self) -> None:
+        self.dismiss(None)

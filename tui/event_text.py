@@ -1,0 +1,63 @@
+"""One line per audit event, as an operator wants to read it: what happened, why, who."""
+
+from __future__ import annotations
+
+import json
+
+from supervisor.control.contract import Event
+from tui.formatting import one_line
+
+
+def describe(event: Event) -> str:
+    """The event without its time: `gpu3 READY -> BACKOFF: oom: CUDA out of memory`."""
+    d = event.detail()
+    k = event.kind
+    if k == "server_state":
+        text = f"{event.subject} {d.get('from', '?')} → {d.get('to', '?')}"
+        reason = d.get("reason")
+        return f"{text}: {reason}" if reason else text
+    if k == "max_tokens":
+        return f"max tokens {d.get('from', '?')} → {d.get('to', '?')}"
+    if k == "requeue_truncated":
+        return (f"requeued {d.get('count', '?')} truncated prompts "
+                f"(under {d.get('below_max_tokens', '?')} tokens)")
+    if k == "paused":
+        return f"paused ({event.subject}): {d.get('reason', '')}"
+    if k == "resumed":
+        return f"resumed ({event.subject}); was: {d.get('was', '')}"
+    if k == "server_retune":
+        flags = d.get("flags")
+        shown = " ".join(f"--{n} {v}" for n, v in flags.items()) if isinstance(flags, dict) else ""
+        target = "all servers" if event.subject == "*" else event.subject
+        return f"retune {target}: {shown}".rstrip()
+    if k == "uploads_stopped":
+        return f"UPLOADS STOPPED: {d.get('reason', '')}"
+    if k == "uploads_failing":
+        return f"uploads failing ({d.get('shard', '?')}): {d.get('error', '')}"
+    if k == "uploads_recovered":
+        return f"uploads recovered after {d.get('failures', '?')} failures"
+    if k == "upload_corrupt":
+        return f"{event.subject}: stored bytes differed, uploading again"
+    if k == "job_started":
+        return f"daemon started (pid {d.get('pid', '?')}, {d.get('servers', '?')} servers)"
+    if k == "job_stopped":
+        return (f"daemon stopped: {d.get('reason', '?')} "
+                f"({d.get('done', '?')} done, {d.get('pending', '?')} pending)")
+    if k == "recovered_in_flight":
+        return f"{d.get('count', '?')} prompts in flight at the last stop went back to pending"
+    if k == "orphan_stopped":
+        return f"{event.subject}: stopped a server left by an earlier daemon"
+    rest = json.dumps(d, ensure_ascii=False, separators=(", ", ": ")) if d else ""
+    return f"{k} {event.subject} {rest}".rstrip()
+
+
+def who(event: Event) -> str:
+    """The actor; for socket actions the caller's user and pid (from SO_PEERCRED)."""
+    c = event.caller
+    if c is not None:
+        return f"{c.user} (pid {c.pid})"
+    return event.actor
+
+
+def line(event: Event, limit: int = 300) -> str:
+    return one_line(f"{describe(event)} — {who(event)}", limit)

@@ -1,0 +1,1 @@
+"""Full screens: the main view, a server's log, the help."""

@@ -1,0 +1,220 @@
+"""The main screen: the job, its servers, uploads and events, and the operator's keys.
+
+Data comes down from the app (`status`, `link`, `events`) and is bound into each widget;
+the keys open dialogs and the answers go to the daemon in workers, so no key ever waits on
+the socket. Each action's answer, or the daemon's refusal, shows as a notification.
+"""
+
+from __future__ import annotations
+
+from typing import Awaitable, Callable, TypeVar
+
+from textual import on, work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer
+
+from supervisor.control.contract import Event, ServerState, Status
+from tui import answer_text
+from tui.alerts import Alert, alerts
+from tui.daemon import ControlError, ControlRefused, Daemon
+from tui.dialogs.confirm_dialog import ConfirmDialog
+from tui.dialogs.max_tokens_dialog import MaxTokensChoice, MaxTokensDialog
+from tui.dialogs.pause_dialog import PauseDialog
+from tui.dialogs.retune_dialog import RetuneChoice, RetuneDialog
+from tui.link_state import LinkState
+from tui.screens.help_screen import HelpScreen
+from tui.screens.server_log_screen import ServerLogScreen
+from tui.widgets.activity.event_list import EventList
+from tui.widgets.activity.upload_panel import UploadPanel
+from tui.widgets.alert_banner import AlertBanner
+from tui.widgets.job.job_progress import JobProgress
+from tui.widgets.job.length_histogram import LengthHistogram
+from tui.widgets.job.throughput_sparkline import ThroughputSparkline
+from tui.widgets.servers.server_table import ServerTable
+from tui.widgets.title_bar import TitleBar
+
+T = TypeVar("T")
+
+# Under this many rows the charts shrink and the gaps between regions go, so that eight
+# servers and some events still fit (80x24 and 100x30 are both "short").
+SHORT_ROWS = 36
+
+
+class MainScreen(Screen[None]):
+    BINDINGS = [
+        Binding("m", "max_tokens", "max tok",
+                tooltip="set max tokens live, optionally requeueing truncated prompts"),
+        Binding("u", "requeue", "requeue",
+                tooltip="requeue prompts truncated under a lower limit (confirm)"),
+        Binding("p", "pause", "pause", tooltip="pause dispatch, with a reason"),
+        Binding("p", "resume", "resume", tooltip="resume dispatch (confirm)"),
+        Binding("R", "restart_all", "restart all",
+                tooltip="rolling restart of every server (confirm)"),
+        Binding("question_mark", "help", "help", key_display="?", tooltip="this screen"),
+        Binding("q", "app.quit", "quit", tooltip="quit; the daemon keeps running"),
+    ]
+
+    status: reactive[Status | None] = reactive(None)
+    link: reactive[LinkState] = reactive(LinkState.connecting)
+    events: reactive[tuple[Event, ...]] = reactive(())
+    alerts: reactive[tuple[Alert, ...]] = reactive(())
+
+    def __init__(self, daemon: Daemon, readonly: bool = False) -> None:
+        super().__init__()
+        self.daemon = daemon
+        self.readonly = readonly
+
+    def compute_alerts(self) -> tuple[Alert, ...]:
+        return alerts(self.status, self.link)
+
+    def compose(self) -> ComposeResult:
+        yield TitleBar(self.daemon.socket, self.readonly).data_bind(
+            MainScreen.status, MainScreen.link)
+        yield AlertBanner().data_bind(MainScreen.alerts)
+        yield JobProgress().data_bind(MainScreen.status)
+        with Horizontal(id="charts"):
+            yield ThroughputSparkline().data_bind(MainScreen.status)
+            yield LengthHistogram().data_bind(MainScreen.status)
+        yield ServerTable(self.readonly).data_bind(MainScreen.status)
+        yield UploadPanel().data_bind(MainScreen.status)
+        yield EventList().data_bind(MainScreen.events)
+        yield Footer(compact=True)
+
+    def on_resize(self) -> None:
+        self.set_class(self.size.height < SHORT_ROWS, "-short")
+
+    def watch_status(self) -> None:
+        self.refresh_bindings()   # pause/resume follow the daemon's state
+
+    # -- which keys are offered ---------------------------------------------------------------
+
+    def _operator_paused(self) -> bool:
+        return self.status is not None and self.status.paused_by("operator") is not None
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("max_tokens", "requeue", "pause", "resume", "restart_all"):
+            if self.readonly:
+                return False
+            if action in ("pause", "resume"):
+                # One key: pause while dispatching, resume while anything holds it paused.
+                paused = self.status is not None and bool(self.status.paused)
+                return paused if action == "resume" else not paused
+        return True
+
+    # -- the daemon's answers -----------------------------------------------------------------
+
+    @work(group="actions")
+    async def act(self, title: str, call: Callable[[], Awaitable[T]],
+                  say: Callable[[T], str]) -> None:
+        try:
+            result = await call()
+        except ControlRefused as exc:
+            self.notify(f"refused: {exc.reason}", title=title, severity="error", timeout=10)
+        except ControlError as exc:
+            self.notify(str(exc), title=title, severity="error", timeout=10)
+        else:
+            self.notify(say(result), title=title, timeout=8)
+
+    # -- job-wide keys ------------------------------------------------------------------------
+
+    def action_max_tokens(self) -> None:
+        s = self.status
+        if s is None:
+            return
+
+        def chosen(choice: MaxTokensChoice | None) -> None:
+            if choice is not None:
+                self.act("max tokens", lambda: self.daemon.set_max_tokens(
+                    choice.value, requeue_truncated=choice.requeue_truncated),
+                    answer_text.max_tokens)
+
+        self.app.push_screen(
+            MaxTokensDialog(s.max_tokens, s.context_length, s.job.requeueable_truncated),
+            chosen)
+
+    def action_requeue(self) -> None:
+        s = self.status
+        if s is None:
+            return
+        n = s.job.requeueable_truncated
+        how_many = f"{n:,} prompts" if n is not None else "every prompt"
+        self._confirm(
+            "Requeue truncated",
+            f"Send {how_many} cut off under a lower limit than {s.max_tokens:,} tokens back "
+            "to pending? Each new answer replaces the old line in its shard.",
+            "Requeue",
+            lambda: self.act("requeue truncated", self.daemon.requeue_truncated,
+                             answer_text.requeue))
+
+    def action_pause(self) -> None:
+        def chosen(reason: str | None) -> None:
+            if reason is not None:
+                self.act("pause", lambda: self.daemon.pause(reason), answer_text.pause)
+
+        self.app.push_screen(PauseDialog(), chosen)
+
+    def action_resume(self) -> None:
+        s = self.status
+        why = "; ".join(f"{p.source}: {p.reason}" for p in s.paused) if s else ""
+        self._confirm("Resume", f"Resume dispatch? Paused by {why}.", "Resume",
+                      lambda: self.act("resume", self.daemon.resume, answer_text.resume))
+
+    def action_restart_all(self) -> None:
+        s = self.status
+        names = ", ".join(x.name for x in s.servers) if s else ""
+        self._confirm("Rolling restart",
+                      f"Restart every server, one at a time, each READY before the next "
+                      f"({names})? In-flight requests finish first.", "Restart all",
+                      lambda: self.act("restart all", lambda: self.daemon.restart(None),
+                                       answer_text.restart))
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(ServerTable.BINDINGS + self.BINDINGS, self.readonly))
+
+    # -- keys on the selected server (messages from the table) ------------------------------
+
+    @on(ServerTable.RestartRequested)
+    def restart_server(self, event: ServerTable.RestartRequested) -> None:
+        name = event.server.name
+        self._confirm("Restart server",
+                      f"Restart {name} ({event.server.state.value})? Its in-flight requests "
+                      "finish first, then it stops and starts again.", "Restart",
+                      lambda: self.act(f"restart {name}", lambda: self.daemon.restart(name),
+                                       answer_text.restart))
+
+    @on(ServerTable.ResetRequested)
+    def reset_server(self, event: ServerTable.ResetRequested) -> None:
+        name = event.server.name
+        if event.server.state is not ServerState.FAILED:
+            self.notify(f"{name} is {event.server.state.value}, not FAILED", title="reset")
+            return
+        self._confirm("Reset FAILED server",
+                      f"Clear {name}'s failure history and start it again? It failed with: "
+                      f"{event.server.state_reason}", "Reset",
+                      lambda: self.act(f"reset {name}", lambda: self.daemon.reset(name),
+                                       answer_text.reset))
+
+    @on(ServerTable.RetuneRequested)
+    def retune(self, event: ServerTable.RetuneRequested) -> None:
+        def chosen(choice: RetuneChoice | None) -> None:
+            if choice is not None:
+                self.act("retune", lambda: self.daemon.retune(
+                    choice.flags, server=choice.server, add=choice.add), answer_text.retune)
+
+        self.app.push_screen(RetuneDialog(event.server), chosen)
+
+    @on(ServerTable.LogRequested)
+    def show_log(self, event: ServerTable.LogRequested) -> None:
+        self.app.push_screen(ServerLogScreen(self.daemon, event.server.name))
+
+    def _confirm(self, title: str, question: str, yes: str,
+                 then: Callable[[], object]) -> None:
+        def answered(ok: bool | None) -> None:
+            if ok:
+                then()
+
+        self.app.push_screen(ConfirmDialog(title, question, yes), answered)

@@ -1,0 +1,1 @@
+"""The main screen's widgets, grouped by the region of the screen they draw."""

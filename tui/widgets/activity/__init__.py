@@ -1,0 +1,1 @@
+"""The lower region: uploads and the recent events."""

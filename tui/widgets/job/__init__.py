@@ -1,0 +1,1 @@
+"""The job region: progress and rates, the throughput sparkline, the output-length histogram."""

@@ -1,0 +1,58 @@
+"""The job at a glance: a progress bar with done/total and the ETA, then the windowed rates."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from supervisor.control.contract import Status
+from tui.formatting import count, duration, percent
+from tui.text_flow import figure, flow
+
+
+class JobProgress(Widget):
+    status: reactive[Status | None] = reactive(None)
+
+    def render(self) -> Text:
+        s = self.status
+        if s is None:
+            return Text(" waiting for the daemon's first status…", style="dim")
+        return Text("\n").join([self._bar_line(s), self._rates_line(s)])
+
+    def _bar_line(self, s: Status) -> Text:
+        j = s.job
+        frac = j.done / j.total if j.total else 0.0
+        tail = Text(f" {j.done:,}/{j.total:,} {100 * frac:5.1f}%  ETA ")
+        if j.finished:
+            tail.append("done", style="bold green")
+        else:
+            tail.append(duration(s.eta.seconds), style="bold")
+            if s.eta.warming_up:
+                tail.append(" (warming up)", style="yellow")
+        width = max(10, self.size.width - tail.cell_len - 2)
+        filled = frac * width
+        whole = int(filled)
+        bar = Text(" ")
+        bar.append("━" * whole, style="green")
+        if whole < width:
+            bar.append("╸" if filled - whole >= 0.5 else "━",
+                       style="green" if filled - whole >= 0.5 else "grey30")
+            bar.append("━" * (width - whole - 1), style="grey30")
+        return bar + tail
+
+    def _rates_line(self, s: Status) -> Text:
+        r, q = s.rates, s.quality
+        cells = [
+            figure(f"{r.req_per_s:.1f}", "req/s"),
+            figure(count(round(r.tok_per_s)), "tok/s"),
+            figure(count(round(r.avg_output_tokens)), "avg", label_first=True),
+            figure(percent(q.truncation_rate), "trunc", label_first=True,
+                   style="bold yellow" if q.truncation_rate > 0.1 else None),
+            figure(percent(q.bad_rate), "bad", label_first=True,
+                   style="bold red" if q.bad_rate > 0.05 else None),
+            figure(f"{s.job.failed:,}", "failed", label_first=True,
+                   style="bold red" if s.job.failed else None),
+            figure(f"{s.max_tokens:,}", "max tokens", label_first=True),
+        ]
+        return flow(cells, self.size.width)

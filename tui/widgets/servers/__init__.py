@@ -1,0 +1,1 @@
+"""The servers region: one row per SGLang server with its GPUs' telemetry."""

@@ -1,0 +1,177 @@
+"""One row per server: its state, its GPUs' power and memory, its share of the work, and
+why it last died. The selected row is what the server keys act on; the keys post messages
+(`ServerTable.RestartRequested`, ...) and the screen decides what to do with them."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import DataTable
+
+from supervisor.control.contract import GpuStatus, ServerState, ServerStatus, Status
+from tui.formatting import duration, gib, one_line
+
+STATE_STYLE = {
+    ServerState.READY: "green",
+    ServerState.STARTING: "yellow",
+    ServerState.DRAINING: "yellow",
+    ServerState.STOPPING: "yellow",
+    ServerState.STOPPED: "dim",
+    ServerState.BACKOFF: "bold dark_orange",
+    ServerState.FAILED: "bold white on red",
+}
+
+# (key, heading): the order an operator scans a row in; the long reason goes last.
+COLUMNS = (
+    ("server", "server"), ("state", "state"), ("in_flight", "in fl"), ("req_s", "req/s"),
+    ("power", "power W"), ("util", "util"), ("memory", "mem GiB"), ("restarts", "rst"),
+    ("uptime", "up"), ("last_exit", "last exit"),
+)
+
+
+def gpu_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> tuple[str, str, str]:
+    """Power used/limit, utilisation and memory used/total, summed over the server's GPUs
+    (a tensor-parallel server spans several); "n/a" where the driver gave nothing."""
+    mine = [gpus[i] for i in server.gpus if i in gpus]
+    if not mine:
+        return "n/a", "n/a", "n/a"
+
+    def total(values: list[float | int | None]) -> float | None:
+        return None if any(v is None for v in values) else float(sum(v or 0 for v in values))
+
+    power = total([g.power_w for g in mine])
+    limit = total([g.power_limit_w for g in mine])
+    util = total([g.utilization_pct for g in mine])
+    used = total([g.memory_used_bytes for g in mine])
+    cap = total([g.memory_total_bytes for g in mine])
+    power_s = "n/a" if power is None else f"{power:.0f}" + ("" if limit is None else f"/{limit:.0f}")
+    util_s = "n/a" if util is None else f"{util / len(mine):.0f}%"
+    mem_s = "n/a" if used is None else gib(int(used)) + ("" if cap is None else f"/{gib(int(cap))}")
+    return power_s, util_s, mem_s
+
+
+def row_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> dict[str, Text | str]:
+    power, util, mem = gpu_cells(server, gpus)
+    exit_reason = one_line(server.last_exit_reason or "", 60) or "—"
+    return {
+        "server": server.name,
+        "state": Text(server.state.value, style=STATE_STYLE.get(server.state, "")),
+        "in_flight": f"{server.in_flight}/{server.max_running}",
+        "req_s": f"{server.req_per_s:.1f}",
+        "power": power,
+        "util": util,
+        "memory": mem,
+        "restarts": Text(str(server.restarts), style="bold" if server.restarts else "dim"),
+        "uptime": duration(server.uptime_s) if server.uptime_s is not None else "—",
+        "last_exit": exit_reason,
+    }
+
+
+class ServerTable(DataTable[Text | str]):
+    BINDINGS = [
+        Binding("r", "restart", "restart", tooltip="restart the selected server (confirm)"),
+        Binding("f", "reset", "reset FAILED",
+                tooltip="start a FAILED server again, clearing its failures (confirm)"),
+        Binding("t", "retune", "retune",
+                tooltip="change SGLang flags: the selected server or all, rolling"),
+        # Enter does it too; the help screen lists it.
+        Binding("l", "log", "log", show=False, tooltip="the selected server's log"),
+        Binding("j", "cursor_down", show=False),
+        Binding("k", "cursor_up", show=False),
+    ]
+
+    status: reactive[Status | None] = reactive(None)
+
+    class ServerRequest(Message):
+        """Base: the operator asked for something about `server` (the selected row)."""
+
+        def __init__(self, server: ServerStatus) -> None:
+            super().__init__()
+            self.server = server
+
+    class RestartRequested(ServerRequest):
+        """Restart the selected server (drain, stop, start)."""
+
+    class ResetRequested(ServerRequest):
+        """Clear a FAILED server's failure history so it starts again."""
+
+    class RetuneRequested(ServerRequest):
+        """Change SGLang flags, starting from the selected server's current ones."""
+
+    class LogRequested(ServerRequest):
+        """Show the selected server's log."""
+
+    def __init__(self, readonly: bool = False, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
+        self.readonly = readonly
+        for key, heading in COLUMNS:
+            self.add_column(heading, key=key)
+
+    @property
+    def selected(self) -> ServerStatus | None:
+        s = self.status
+        if s is None or not s.servers or not self.row_count:
+            return None
+        key = self.coordinate_to_cell_key((self.cursor_row, 0)).row_key.value
+        return s.server(key) if key is not None else None
+
+    def watch_status(self, status: Status | None) -> None:
+        servers = status.servers if status is not None else ()
+        gpus = {g.index: g for g in status.gpus.gpus} if status is not None else {}
+        names = [s.name for s in servers]
+        current = [str(k.value) for k in self.rows]
+        if names != current:
+            # Servers come and go only at start or with a config change: rebuild, keeping
+            # the cursor on the server it was on.
+            selected = self.selected.name if self.selected else None
+            self.clear()
+            for s in servers:
+                cells = row_cells(s, gpus)
+                self.add_row(*(cells[k] for k, _ in COLUMNS), key=s.name)
+            if selected in names:
+                self.move_cursor(row=names.index(selected), animate=False)
+            self.styles.max_height = len(names) + 1   # the header and every row
+        else:
+            for s in servers:
+                for key, value in row_cells(s, gpus).items():
+                    if self.get_cell(s.name, key) != value:
+                        self.update_cell(s.name, key, value)
+        self.refresh_bindings()
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        # "Reset FAILED" is usable only on a FAILED row: the footer follows the cursor.
+        self.refresh_bindings()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in ("restart", "reset", "retune"):
+            if self.readonly:
+                return False
+            if action == "reset":
+                sel = self.selected
+                # Offered only on a FAILED row (the help screen lists it always).
+                return sel is not None and sel.state is ServerState.FAILED
+        return True
+
+    def _request(self, message: type[ServerRequest]) -> None:
+        server = self.selected
+        if server is not None:
+            self.post_message(message(server))
+
+    def action_restart(self) -> None:
+        self._request(self.RestartRequested)
+
+    def action_reset(self) -> None:
+        self._request(self.ResetRequested)
+
+    def action_retune(self) -> None:
+        self._request(self.RetuneRequested)
+
+    def action_log(self) -> None:
+        self._request(self.LogRequested)
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        # Enter on a row opens its log, as in k9s.
+        event.stop()
+        self._request(self.LogRequested)
