@@ -1,0 +1,123 @@
+"""How figures, flags, events and the histogram are turned into text (pure functions)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from supervisor.control.contract import Event, Histogram, ServerState
+from tests.tui import contract_data as data
+from tui.alerts import Severity, alerts
+from tui.event_text import describe, line, who
+from tui.flag_text import FlagSyntaxError, parse_flags, show_value
+from tui.formatting import ago, count, duration, gib, one_line, percent, size
+from tui.link_state import LinkState
+from tui.widgets.job.length_histogram import columns
+from tui.widgets.servers.server_table import gpu_cells
+
+LIVE = LinkState(connected=True)
+
+
+@pytest.mark.parametrize("seconds,text", [
+    (None, "?"), (-1, "?"), (float("nan"), "?"), (0, "0s"), (59.4, "59s"), (60, "1m00s"),
+    (3599, "59m59s"), (3600, "1h00m"), (77_525, "21h32m"), (90_000, "1d01h")])
+def test_duration(seconds: float | None, text: str) -> None:
+    assert duration(seconds) == text
+
+
+def test_figures() -> None:
+    assert [count(x) for x in (987, 9999, 12_345, 2_500_000, 9.44)] == \
+        ["987", "9999", "12.3k", "2.50M", "9.4"]
+    assert size(23_400_000) == "23.4 MB" and size(512) == "512 B" and size(None) == "n/a"
+    assert gib(80 * 2**30) == "80" and gib(None) == "n/a"
+    assert percent(0.175) == "17.5%" and percent(None) == "n/a"
+    assert ago(None, 10.0) == "never" and ago(58.0, 100.0) == "42s ago"
+    assert one_line("a\n  b\tc") == "a b c" and one_line("x" * 50, 10) == "x" * 9 + "…"
+
+
+def test_flags_parse_as_typed_in_the_dialog() -> None:
+    assert parse_flags("--max-running-requests=48 mem-fraction-static=0.85 "
+                       "enable-metrics=true disable-radix-cache=false "
+                       "reasoning-parser=qwen3 cuda-graph-max-bs=") == {
+        "max-running-requests": 48, "mem-fraction-static": 0.85, "enable-metrics": True,
+        "disable-radix-cache": False, "reasoning-parser": "qwen3", "cuda-graph-max-bs": None}
+    assert parse_flags("chat-template='a b'") == {"chat-template": "a b"}
+    for bad, why in [("", "no flags"), ("x", "expected name=value"), ("=3", "expected"),
+                     ("a=1 a=2", "given twice"), ("a='unclosed", "cannot split")]:
+        with pytest.raises(FlagSyntaxError, match=why):
+            parse_flags(bad)
+    assert [show_value(v) for v in (None, True, False, 64, 0.93)] == \
+        ["(removed)", "(switch)", "false", "64", "0.93"]
+
+
+def ev(kind: str, subject: str, detail: dict, **kw: object) -> Event:
+    return Event(id=1, time=data.T0, kind=kind, subject=subject, actor="supervisor",
+                 detail_json=json.dumps(detail), **kw)  # type: ignore[arg-type]
+
+
+def test_events_read_as_sentences() -> None:
+    assert describe(data.EVENTS[1]) == "gpu3 READY → BACKOFF: oom: CUDA out of memory"
+    assert describe(data.EVENTS[4]) == "max tokens 2048 → 4096"
+    assert who(data.EVENTS[4]) == "alice (pid 52311)"
+    assert who(data.EVENTS[0]) == "supervisor"
+    assert describe(ev("server_retune", "*", {"flags": {"max-running-requests": 48}})) == \
+        "retune all servers: --max-running-requests 48"
+    assert describe(ev("uploads_stopped", "uploads", {"reason": "NoSuchBucket"})) == \
+        "UPLOADS STOPPED: NoSuchBucket"
+    # A kind this version does not know still says what it is, never a traceback.
+    assert describe(ev("new_kind", "job", {"a": 1})) == 'new_kind job {"a": 1}'
+    assert describe(replace(ev("paused", "quality", {}), detail_json="not json")) == \
+        "paused (quality): "
+    assert line(data.EVENTS[5]).endswith("— alice (pid 52311)")
+
+
+def test_alerts_name_every_reason_to_look() -> None:
+    assert alerts(data.healthy(), LIVE) == ()
+    assert alerts(None, LinkState.connecting()) == ()
+    texts = [a.text for a in alerts(data.paused_by_quality(), LIVE)]
+    assert texts == ["PAUSED (quality): bad output: 62% of the last 200 completions "
+                     "(threshold 50%): empty_content 118, think_markers 6"]
+    failed = alerts(data.with_failed_server(), LIVE)
+    assert [(a.severity, a.text.split(":")[0]) for a in failed] == \
+        [(Severity.ERROR, "SERVER gpu5 FAILED")]
+    assert alerts(data.uploads_stopped(), LIVE)[0].text.startswith(
+        "UPLOADS STOPPED: bucket dflash-data does not exist")
+    down = LinkState(connected=False, reason="no daemon answers on /x: Connection refused",
+                     attempts=4)
+    first = alerts(data.healthy(), down)[0]
+    assert first.severity is Severity.ERROR
+    assert first.text.startswith("DISCONNECTED — retrying, attempt 4: no daemon answers")
+    assert "last ones received" in first.text
+
+
+def test_histogram_columns_keep_every_completion_and_mark_the_limit() -> None:
+    h = data.histogram()
+    for width in (20, 37, 48, 100):
+        values, top, marker = columns(h, width)
+        assert len(values) == width
+        assert sum(values) == pytest.approx(h.samples)
+        assert top >= h.max_tokens
+        # The marker column holds the last token counts below the limit.
+        assert marker * top / width <= h.max_tokens - 1 < (marker + 1) * top / width
+    # Lengths that sit exactly at one edge (a zero-width bucket) are not lost.
+    point = Histogram(edges=(0, 4096, 4096), counts=(10, 5), samples=15, max_tokens=4096)
+    values, _, marker = columns(point, 30)
+    assert sum(values) == pytest.approx(15)
+    # After max tokens is raised past the data, the marker moves right of all the bars.
+    raised = replace(h, max_tokens=8192)
+    values, top, marker = columns(raised, 50)
+    assert top >= 8192 and max(i for i, v in enumerate(values) if v) < marker
+
+
+def test_gpu_cells_sum_a_tensor_parallel_server_and_say_na() -> None:
+    s = data.healthy()
+    gpus = {g.index: g for g in s.gpus.gpus}
+    assert gpu_cells(s.servers[1], gpus) == ("571/700", "95%", "75/80")
+    tp = replace(s.servers[0], gpus=(0, 1))
+    assert gpu_cells(tp, gpus) == ("1131/1400", "96%", "149/160")
+    assert gpu_cells(s.servers[0], {}) == ("n/a", "n/a", "n/a")
+    no_power = {0: replace(gpus[0], power_w=None, power_limit_w=None)}
+    assert gpu_cells(s.servers[0], no_power) == ("n/a", "96%", "74/80")
+    assert ServerState.FAILED.value == "FAILED"
