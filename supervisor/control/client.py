@@ -166,11 +166,15 @@ def _reason(response: httpx.Response) -> str:
 
 
 def _unreachable(socket: str, exc: Exception) -> ControlUnreachable:
-    cause = exc.__cause__ or exc.__context__
-    if isinstance(cause, OSError) and cause.strerror:
-        return ControlUnreachable(socket, cause.strerror)
-    text = str(exc) or type(exc).__name__
-    return ControlUnreachable(socket, text)
+    # httpx wraps httpcore's error, which wraps the OSError that says what really happened.
+    cause: BaseException | None = exc
+    for _ in range(5):
+        if cause is None:
+            break
+        if isinstance(cause, OSError) and cause.strerror:
+            return ControlUnreachable(socket, cause.strerror)
+        cause = cause.__cause__ or cause.__context__
+    return ControlUnreachable(socket, str(exc) or type(exc).__name__)
 
 
 try:

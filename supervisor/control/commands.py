@@ -125,7 +125,7 @@ def _retune_flags(pairs: list[str]) -> dict[str, Any]:
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name:
-            raise SystemExit(f"{PROG} ctl retune: expected FLAG=VALUE, got {pair!r}")
+            raise ValueError(f"retune: expected FLAG=VALUE, got {pair!r}")
         flags[name.lstrip("-")] = _flag_value(value)
     return flags
 
@@ -163,7 +163,14 @@ def ctl_parser() -> argparse.ArgumentParser:
 
 
 def ctl_main(argv: Sequence[str]) -> int:
-    args = ctl_parser().parse_args(list(argv))
+    parser = ctl_parser()
+    args = parser.parse_args(list(argv))
+    flags: dict[str, Any] = {}
+    if args.action == "retune":
+        try:
+            flags = _retune_flags(args.flags)
+        except ValueError as exc:
+            parser.error(str(exc))
     path = socket_for(args.socket, args.state)
     calls: dict[str, Callable[[ControlClient], Any]] = {
         "max-tokens": lambda cl: cl.set_max_tokens(
@@ -173,8 +180,7 @@ def ctl_main(argv: Sequence[str]) -> int:
         "pause": lambda cl: cl.pause(" ".join(args.reason)),
         "resume": lambda cl: cl.resume(),
         "restart": lambda cl: cl.restart(args.server),
-        "retune": lambda cl: cl.retune(_retune_flags(args.flags), server=args.server,
-                                       add=args.add),
+        "retune": lambda cl: cl.retune(flags, server=args.server, add=args.add),
         "reset": lambda cl: cl.reset(args.server),
         "log": lambda cl: cl.log(args.server, args.lines),
     }
