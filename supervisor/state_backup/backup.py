@@ -117,6 +117,7 @@ class StateBackup:
             info = inspect(copy)
             key = db_key(self.me.partition, int(started * 1000))
             blob, mm = _blob(key, copy, self.single_part_limit)
+            size, sha256 = blob.size, blob.sha256
             try:
                 receipt = self.sink.put(blob)
             finally:
@@ -124,8 +125,8 @@ class StateBackup:
                     mm.close()  # type: ignore[attr-defined]
             manifest = BackupManifest(
                 partition=self.me.partition_text, prompts_sha256=self.me.prompts_sha256,
-                prompts_file=self.me.prompts_file, db_key=key, db_sha256=blob.sha256,
-                db_bytes=blob.size, created_at=started, schema_version=info.schema_version,
+                prompts_file=self.me.prompts_file, db_key=key, db_sha256=sha256,
+                db_bytes=size, created_at=started, schema_version=info.schema_version,
                 done=info.done, total=info.total, shards=uploaded_shards(copy))
         finally:
             copy.unlink(missing_ok=True)
