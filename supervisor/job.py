@@ -161,7 +161,10 @@ class Job:
         from supervisor.control import socket_file
 
         c = self.config.control
-        path = socket_file.default_socket_path(c.socket, self.config.path(self.config.job.state))
+        # A relative control.socket is relative to the config's directory (or --workdir), like
+        # every other path in the config: N nodes sharing one config get N sockets.
+        configured = str(self.config.path(c.socket)) if c.socket else ""
+        path = socket_file.default_socket_path(configured, self.config.path(self.config.job.state))
         try:
             return socket_file.bind(path, socket_file.resolve_group(c.group))
         except socket_file.SocketFileError as exc:
