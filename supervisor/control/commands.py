@@ -56,14 +56,16 @@ def _fail(exc: Exception) -> int:
 def status_main(args: argparse.Namespace) -> int:
     path = socket_for(args.socket, args.state)
     with ControlClient(path, timeout_s=5.0) as client:
-        while True:
-            code = _status_once(client, path, args)
-            if args.watch is None or code not in (EXIT_OK,):
-                return code
-            try:
+        if args.watch is None:
+            return _status_once(client, path, args)
+        try:
+            while True:
+                code = _status_once(client, path, args)
+                if code != EXIT_OK:
+                    return code
                 time.sleep(args.watch)
-            except KeyboardInterrupt:
-                return EXIT_OK
+        except KeyboardInterrupt:
+            return EXIT_OK          # Ctrl-C is how a watch ends
 
 
 def _status_once(client: ControlClient, path: str, args: argparse.Namespace) -> int:
