@@ -5,6 +5,10 @@
                   └──────────┴── exit/hang/stall ──┘─▶ BACKOFF ─▶ STARTING         (failure)
                                                    └─▶ FAILED (too many) ─▶ operator reset
 
+The watchers that end a READY life (exit, health, progress, operator requests) are in
+watchers.py; the allowed state transitions are the table in server_state.py, and every
+transition here is checked against it.
+
 Each life runs in the task that owns this server; everything it starts (the dispatcher's
 serve, the watchers) lives in a task group inside it, so cancelling the fleet cancels them
 all and the `finally` stops the process group.
@@ -13,7 +17,7 @@ all and the `finally` stops the process group.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable
 
 import anyio
@@ -29,7 +33,9 @@ from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env
 from supervisor.servers.process_group import ServerProcess, spawn, stop_group
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
-from supervisor.servers.server_state import ServerSnapshot, ServerState
+from supervisor.servers.server_state import ServerSnapshot, ServerState, check_transition
+from supervisor.servers.watchers import (Decision, Failure, Request, watch_exit, watch_health,
+                                         watch_progress, watch_requests)
 
 log = logging.getLogger("supervisor.servers")
 
@@ -54,32 +60,8 @@ class FleetContext:
     kill_wait_s: float = 10.0
 
 
-@dataclass(frozen=True)
-class _Request:
-    kind: str      # "restart" or "reset"
-    actor: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class _Failure:
-    trigger: Trigger
-    detail: str
-
-
 class _Ready:
     pass
-
-
-@dataclass
-class _Decision:
-    outcome: _Request | _Failure | None = None
-    scope: anyio.CancelScope = field(default_factory=anyio.CancelScope)
-
-    def decide(self, outcome: _Request | _Failure) -> None:
-        if self.outcome is None:
-            self.outcome = outcome
-        self.scope.cancel()
 
 
 class ManagedServer:
@@ -104,7 +86,7 @@ class ManagedServer:
         self._argv: tuple[str, ...] | None = None
         self._starts = 0
         self._start_reason, self._start_actor = "supervisor started", "supervisor"
-        self._request: _Request | None = None
+        self._request: Request | None = None
         self._poke = anyio.Event()
         self._changed = anyio.Event()
 
@@ -138,6 +120,9 @@ class ManagedServer:
             failures_in_window=self.policy.failures_in_window(self.ctx.monotonic()),
         )
 
+    def _progress(self) -> Any:
+        return self.ctx.dispatcher.progress(self.name)
+
     async def wait_changed(self) -> None:
         await self._changed.wait()
 
@@ -145,16 +130,16 @@ class ManagedServer:
 
     def request(self, kind: str, actor: str, reason: str) -> None:
         # A newer request replaces a pending one: two restarts in a row are one restart.
-        self._request = _Request(kind, actor, reason)
+        self._request = Request(kind, actor, reason)
         self._poke.set()
 
-    def _take_request(self) -> _Request | None:
+    def _take_request(self) -> Request | None:
         req, self._request = self._request, None
         if self._poke.is_set():
             self._poke = anyio.Event()
         return req
 
-    async def _wait_request(self, timeout_s: float = float("inf")) -> _Request | None:
+    async def _wait_request(self, timeout_s: float = float("inf")) -> Request | None:
         with anyio.move_on_after(timeout_s):
             while True:
                 req = self._take_request()
@@ -221,20 +206,20 @@ class ManagedServer:
             outcome = await self._serve(proc, spec)
         await self._end(proc, outcome)
 
-    async def _await_ready(self, proc: ServerProcess, spec: ServerSpec) -> _Ready | _Request | _Failure:
+    async def _await_ready(self, proc: ServerProcess, spec: ServerSpec) -> _Ready | Request | Failure:
         s = self.servers
         deadline = anyio.current_time() + s.startup_timeout_s
         interval = min(self.ctx.startup_probe_s, s.health_interval_s)
         while True:
             rc = proc.returncode
             if rc is not None:
-                return _Failure(Trigger.EXITED, f"{describe_returncode(rc)} while starting")
+                return Failure(Trigger.EXITED, f"{describe_returncode(rc)} while starting")
             req = self._take_request()
             if req is not None and req.kind == "restart":
                 return req
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
-                return _Failure(Trigger.STARTUP_TIMEOUT,
+                return Failure(Trigger.STARTUP_TIMEOUT,
                                 f"/health_generate not 200 after {s.startup_timeout_s:g} s")
             ok, _ = await probe(self.ctx.client, spec.base_url, min(s.health_timeout_s, remaining))
             if ok and proc.returncode is None:
@@ -246,12 +231,12 @@ class ManagedServer:
         with anyio.move_on_after(timeout_s):
             await self._poke.wait()
 
-    async def _serve(self, proc: ServerProcess, spec: ServerSpec) -> _Request | _Failure:
+    async def _serve(self, proc: ServerProcess, spec: ServerSpec) -> Request | Failure:
         endpoint = Endpoint(self.name, spec.base_url, self.max_running)
         draining = anyio.Event()
         serve_done = anyio.Event()
         serve_scope = anyio.CancelScope()
-        decision = _Decision()
+        decision = Decision()
 
         async def serve() -> None:
             try:
@@ -270,13 +255,15 @@ class ManagedServer:
                 tg.start_soon(serve)
                 with decision.scope:
                     async with anyio.create_task_group() as watch:
-                        watch.start_soon(self._watch_exit, proc, decision)
-                        watch.start_soon(self._watch_health, spec, decision)
-                        watch.start_soon(self._watch_progress, decision)
-                        watch.start_soon(self._watch_request, decision)
+                        watch.start_soon(watch_exit, proc, decision, self.ctx.exit_poll_s)
+                        watch.start_soon(watch_health, self.name, self.ctx.client,
+                                         spec.base_url, self.servers, decision, log)
+                        watch.start_soon(watch_progress, self._progress, self.servers,
+                                         decision)
+                        watch.start_soon(watch_requests, self._wait_request, decision)
                 outcome = decision.outcome
                 assert outcome is not None
-                if isinstance(outcome, _Request):
+                if isinstance(outcome, Request):
                     await self._transition(S.DRAINING, f"{outcome.reason} by {outcome.actor}",
                                            outcome.actor)
                     draining.set()
@@ -290,13 +277,13 @@ class ManagedServer:
             self.endpoint = None
         return outcome
 
-    async def _drain(self, proc: ServerProcess, serve_done: anyio.Event) -> _Failure | None:
+    async def _drain(self, proc: ServerProcess, serve_done: anyio.Event) -> Failure | None:
         timeout = self.servers.drain_timeout_s
         with anyio.move_on_after(timeout):
             while not serve_done.is_set():
                 rc = proc.returncode
                 if rc is not None:
-                    return _Failure(Trigger.EXITED, f"{describe_returncode(rc)} while draining")
+                    return Failure(Trigger.EXITED, f"{describe_returncode(rc)} while draining")
                 with anyio.move_on_after(self.ctx.exit_poll_s):
                     await serve_done.wait()
             return None
@@ -304,65 +291,8 @@ class ManagedServer:
                     self.name, timeout)
         return None
 
-    async def _watch_exit(self, proc: ServerProcess, decision: _Decision) -> None:
-        while True:
-            rc = proc.returncode
-            if rc is not None:
-                decision.decide(_Failure(Trigger.EXITED, describe_returncode(rc)))
-                return
-            await anyio.sleep(self.ctx.exit_poll_s)
-
-    async def _watch_health(self, spec: ServerSpec, decision: _Decision) -> None:
-        s = self.servers
-        failures = 0
-        while True:
-            await anyio.sleep(s.health_interval_s)
-            ok, detail = await probe(self.ctx.client, spec.base_url, s.health_timeout_s)
-            if ok:
-                failures = 0
-                continue
-            failures += 1
-            log.warning("%s: health probe failed (%d/%d): %s", self.name, failures,
-                        s.health_failures, detail)
-            if failures >= s.health_failures:
-                decision.decide(_Failure(
-                    Trigger.HEALTH, f"health probe failed {failures} times in a row ({detail})"))
-                return
-
-    async def _watch_progress(self, decision: _Decision) -> None:
-        """Hung-but-healthy: requests in flight and the completed count not moving. Measured
-        from when we first saw the server busy without progress, so a job that was paused for
-        an hour does not look hung the moment work resumes."""
-        s = self.servers
-        interval = max(0.05, min(s.health_interval_s, s.hang_timeout_s / 4))
-        busy_since: float | None = None
-        last_completed: int | None = None
-        while True:
-            await anyio.sleep(interval)
-            p = self.ctx.dispatcher.progress(self.name)
-            now = anyio.current_time()
-            if p.in_flight == 0 or p.completed != last_completed:
-                last_completed = p.completed
-                busy_since = now if p.in_flight > 0 else None
-                continue
-            if busy_since is None:
-                busy_since = now
-            if now - busy_since >= s.hang_timeout_s:
-                decision.decide(_Failure(
-                    Trigger.PROGRESS,
-                    f"{p.in_flight} requests in flight, none completed for {now - busy_since:.0f} s"))
-                return
-
-    async def _watch_request(self, decision: _Decision) -> None:
-        while True:
-            req = await self._wait_request()
-            if req is not None and req.kind == "restart":
-                decision.decide(req)
-                return
-            # A reset of a server that is not FAILED means nothing.
-
-    async def _end(self, proc: ServerProcess, outcome: _Request | _Failure) -> None:
-        if isinstance(outcome, _Request):
+    async def _end(self, proc: ServerProcess, outcome: Request | Failure) -> None:
+        if isinstance(outcome, Request):
             trigger, detail, actor = Trigger.REQUESTED, f"{outcome.reason} by {outcome.actor}", outcome.actor
         else:
             trigger, detail, actor = outcome.trigger, outcome.detail, "supervisor"
@@ -425,6 +355,7 @@ class ManagedServer:
     async def _transition(self, new: ServerState, reason: str, actor: str = "supervisor",
                           **detail: Any) -> None:
         old = self.state
+        check_transition(old, new)
         self.state, self.state_since, self.state_reason = new, self.ctx.clock(), reason
         failing = new in (S.BACKOFF, S.FAILED) or (new is S.STOPPING and actor == "supervisor"
                                                    and reason != "supervisor shutting down")

@@ -1,4 +1,5 @@
-"""A server's snapshot as the daemon keeps it; its states are the contract's enum, shared with clients."""
+"""A server's snapshot as the daemon keeps it, and the transitions allowed between its states;
+the states are the contract's enum, shared with clients."""
 
 from __future__ import annotations
 
@@ -6,7 +7,42 @@ from dataclasses import dataclass
 
 from supervisor.control.contract import ServerState
 
-__all__ = ["ServerSnapshot", "ServerState"]
+__all__ = ["ALLOWED_TRANSITIONS", "IllegalTransition", "ServerSnapshot", "ServerState",
+           "check_transition"]
+
+
+S = ServerState
+
+# Every transition a server may make; ManagedServer checks each one against this table, so a
+# life-cycle bug shows up as a clear error at the faulty step instead of as a server in a
+# state nothing expects (Supervisor's states.py and _assertInState are the model).
+ALLOWED_TRANSITIONS: dict[ServerState, frozenset[ServerState]] = {
+    # A start: the first one, a requested restart, after a back-off, or an operator's reset.
+    S.STOPPED: frozenset({S.STARTING}),
+    # Healthy; or it failed/was asked to restart while loading (STOPPING); or the launch
+    # command itself could not be started (straight to BACKOFF/FAILED, nothing to stop);
+    # or the daemon shut down before the process was spawned (STOPPED).
+    S.STARTING: frozenset({S.READY, S.STOPPING, S.BACKOFF, S.FAILED, S.STOPPED}),
+    # An operator's restart drains first; a failure or a shutdown stops at once.
+    S.READY: frozenset({S.DRAINING, S.STOPPING}),
+    S.DRAINING: frozenset({S.STOPPING}),
+    # Stopped as asked, or classified as a failure; STOPPING again when the daemon shuts
+    # down while a stop is under way.
+    S.STOPPING: frozenset({S.STOPPED, S.BACKOFF, S.FAILED, S.STOPPING}),
+    # The next start, or the daemon shut down while waiting.
+    S.BACKOFF: frozenset({S.STARTING, S.STOPPED}),
+    # Only an operator's reset or restart starts it again.
+    S.FAILED: frozenset({S.STARTING, S.STOPPED}),
+}
+
+
+class IllegalTransition(RuntimeError):
+    """A server was about to move between states the table does not allow: a bug."""
+
+
+def check_transition(old: ServerState, new: ServerState) -> None:
+    if new not in ALLOWED_TRANSITIONS[old]:
+        raise IllegalTransition(f"server state {old} -> {new} is not an allowed transition")
 
 
 @dataclass(frozen=True)

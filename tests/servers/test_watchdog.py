@@ -10,7 +10,8 @@ import anyio
 
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.servers.exit_classifier import Trigger
-from supervisor.servers.managed_server import FleetContext, ManagedServer, _Decision
+from supervisor.servers.managed_server import FleetContext, ManagedServer
+from supervisor.servers.watchers import Decision, watch_progress
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 
@@ -44,18 +45,19 @@ def _server(tmp_path: Path, dispatcher: object) -> ManagedServer:
 
 async def test_busy_without_completions_is_a_stall(tmp_path: Path) -> None:
     server = _server(tmp_path, Counters(in_flight=3, advancing=False))
-    decision = _Decision()
+    decision = Decision()
     with anyio.fail_after(10):
         with decision.scope:
-            await server._watch_progress(decision)
+            await watch_progress(server._progress, server.servers, decision)
     assert decision.outcome is not None and decision.outcome.trigger is Trigger.PROGRESS
     assert "3 requests in flight" in decision.outcome.detail
 
 
 async def test_completions_or_idleness_are_not_a_stall(tmp_path: Path) -> None:
     for counters in (Counters(in_flight=3, advancing=True), Counters(in_flight=0, advancing=False)):
-        decision = _Decision()
+        decision = Decision()
         with anyio.move_on_after(1.0):  # five hang timeouts
             with decision.scope:
-                await _server(tmp_path, counters)._watch_progress(decision)
+                server = _server(tmp_path, counters)
+                await watch_progress(server._progress, server.servers, decision)
         assert decision.outcome is None
