@@ -39,9 +39,9 @@ LINES = 500
 
 
 def build(work: Path, shards: int, shard_mb: float) -> tuple[object, Path]:
-    from state.records import Done, ImportRow
+    from state.records import Completion, Done, ImportRow
     from state.store import Store
-    from supervisor.shard_writer import ShardWriter
+    from supervisor.shards.writer import ShardWriter
 
     work.mkdir(parents=True)
     store = Store.open(work / "job.db")
@@ -52,9 +52,10 @@ def build(work: Path, shards: int, shard_mb: float) -> tuple[object, Path]:
     per_line = int(shard_mb * 1e6 / LINES)
     claimed = store.claim(n, "gpu0", time.time())
     now = time.time()
-    store.record([Done(id=c.id, content=(c.id + os.urandom(per_line // 2).hex())[:per_line],
-                       reasoning_content="r", finish_reason="stop", prompt_tokens=1,
-                       completion_tokens=1, reasoning_tokens=0, max_tokens=1, model="m",
+    store.record([Done(id=c.id, completion=Completion(
+                           content=(c.id + os.urandom(per_line // 2).hex())[:per_line],
+                           reasoning_content="r", finish_reason="stop", prompt_tokens=1,
+                           completion_tokens=1, reasoning_tokens=0), max_tokens=1, model="m",
                        server="gpu0", started_at=now, finished_at=now + i * 1e-6)
                   for i, c in enumerate(claimed)])
     spool = work / "spool"

@@ -31,15 +31,22 @@ class ImportRow:
 
 
 @dataclass(frozen=True)
-class Done:
-    """A completion (finish_reason stop or length)."""
-    id: str
+class Completion:
+    """One generated answer as the server gave it: what a `Done` outcome records and what a
+    shard line is built from (one record, so the fields are never copied by hand)."""
     content: str
     reasoning_content: str | None
     finish_reason: str
     prompt_tokens: int
     completion_tokens: int
     reasoning_tokens: int
+
+
+@dataclass(frozen=True)
+class Done:
+    """A completion (finish_reason stop or length) and how it was produced."""
+    id: str
+    completion: Completion
     max_tokens: int
     model: str
     server: str
@@ -119,15 +126,11 @@ class Shard:
 
 @dataclass(frozen=True)
 class ShardLine:
-    """Everything one shard line needs (the writer owns the line's JSON shape)."""
+    """Everything one shard line needs (the writer owns the line's JSON shape): the prompt,
+    its stored completion and how it was produced."""
     id: str
     messages: list[dict[str, Any]]
-    content: str | None
-    reasoning_content: str | None
-    finish_reason: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    reasoning_tokens: int | None
+    completion: Completion
     max_tokens: int | None
     model: str | None
     server: str | None

@@ -13,6 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from state.records import Completion
 from supervisor.config import GenerationSection
 
 
@@ -33,16 +34,6 @@ def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSect
 
 
 @dataclass(frozen=True)
-class Completion:
-    content: str
-    reasoning_content: str | None
-    finish_reason: str
-    prompt_tokens: int
-    completion_tokens: int
-    reasoning_tokens: int
-
-
-@dataclass(frozen=True)
 class Retryable:
     """Try again (an attempt is counted): 5xx, an abort, an answer we cannot read."""
     error: str
@@ -54,6 +45,7 @@ class Permanent:
     error: str
 
 
+# A generated answer is the store's own record (state/records.py), so a Done carries it as is.
 Answer = Completion | Retryable | Permanent
 
 _DONE_REASONS = {"stop", "length", "tool_calls"}

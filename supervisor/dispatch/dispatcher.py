@@ -21,14 +21,17 @@ from typing import Any, AsyncIterator, Callable
 import anyio
 import httpx
 
-from state.records import ClaimedPrompt, Done, Failed, Requeue, Retry
+from state.records import ClaimedPrompt, Outcome, Requeue, Retry
 from state.store import Store
 from supervisor.config import JobConfig
-from supervisor.dispatch.completion import (Completion, Permanent, Retryable,
-                                            classify_response, request_body)
-from supervisor.dispatch.metrics import RateSnapshot, RateWindow
+from supervisor.dispatch.bad_output_pause import BadOutputPause
+from supervisor.dispatch.completion import (Answer, Completion, Retryable, classify_response,
+                                            request_body)
+from supervisor.dispatch.metrics import CompletionRateWindow
+from supervisor.dispatch.outcome import outcome_of
 from supervisor.dispatch.output_lengths import LengthWindow
-from supervisor.dispatch.quality import QualityGate, QualitySnapshot, check_completion
+from supervisor.dispatch.progress import DispatchSnapshot, ServerProgress
+from supervisor.dispatch.quality import QualityGate
 from supervisor.dispatch.recorder import Recorder
 from supervisor.servers.endpoint import Endpoint
 
@@ -40,29 +43,6 @@ log = logging.getLogger("supervisor.dispatch")
 GONE_GRACE_S = 3.0
 SETTING_MAX_TOKENS = "max_tokens"
 SETTING_OPERATOR_PAUSE = "operator_pause"
-
-
-@dataclass
-class ServerProgress:
-    """What the fleet's hang watchdog and the status snapshot read about one server."""
-    in_flight: int = 0                       # requests on the wire now
-    peak_in_flight: int = 0
-    completed: int = 0                       # outcomes of any kind since the daemon started
-    last_completion_at: float | None = None  # time.monotonic()
-    last_request_started_at: float | None = None
-    errors: int = 0
-    last_error: str | None = None
-    rates: RateWindow | None = None
-
-
-@dataclass(frozen=True)
-class DispatchSnapshot:
-    max_tokens: int
-    paused: dict[str, str]                   # reason key -> why
-    in_flight: int
-    rates: RateSnapshot
-    per_server: dict[str, RateSnapshot]
-    quality: QualitySnapshot
 
 
 @dataclass
@@ -88,11 +68,13 @@ class Dispatcher:
         self.quality = QualityGate(q.window, q.min_samples, q.max_bad_rate,
                                    q.max_truncation_rate)
         self.started_at = clock()
-        self.rates = RateWindow(q.metrics_window_s, self.started_at)
+        self.rates = CompletionRateWindow(q.metrics_window_s, self.started_at)
         self.lengths = LengthWindow()
         self._progress: dict[str, ServerProgress] = {}
         self._serving: dict[int, _Serving] = {}
         self._paused: dict[str, str] = {}
+        self._bad_output = BadOutputPause(self.quality, config.generation.enable_thinking,
+                                          self._paused, self._paused_on_bad_output)
         self._recorder = Recorder(self._write, on_committed=self._after_commit)
         self._tg: anyio.abc.TaskGroup | None = None
 
@@ -151,7 +133,7 @@ class Dispatcher:
         p = self._progress.get(name)
         if p is None:
             p = self._progress[name] = ServerProgress(
-                rates=RateWindow(self.config.quality.metrics_window_s, self.clock()))
+                rates=CompletionRateWindow(self.config.quality.metrics_window_s, self.clock()))
         return p
 
     def snapshot(self) -> DispatchSnapshot:
@@ -351,35 +333,23 @@ class Dispatcher:
         p.completed += 1
         p.last_completion_at = time.monotonic()
 
-    def _outcome(self, prompt: ClaimedPrompt, answer: Any, server: str, max_tokens: int,
-                 started: float, finished: float) -> Any:
+    def _outcome(self, prompt: ClaimedPrompt, answer: Answer, server: str, max_tokens: int,
+                 started: float, finished: float) -> Outcome:
         p = self.progress(server)
         if isinstance(answer, Completion):
-            verdict = check_completion(answer.content, answer.reasoning_content,
-                                       answer.finish_reason, self.config.generation.enable_thinking)
             self.rates.add(finished, 1, answer.completion_tokens)
             self.lengths.add(answer.completion_tokens)
             assert p.rates is not None
             p.rates.add(finished, 1, answer.completion_tokens)
-            trip = self.quality.observe(verdict)
-            if trip and "quality" not in self._paused:
-                self._paused["quality"] = trip
-                log.error("dispatch paused: %s", trip)
-                self._event("paused", "quality", {"reason": trip,
-                                                  "problems": list(verdict.problems)}, "quality-gate")
-                self.poke()
-            return Done(
-                id=prompt.id, content=answer.content,
-                reasoning_content=answer.reasoning_content,
-                finish_reason=answer.finish_reason, prompt_tokens=answer.prompt_tokens,
-                completion_tokens=answer.completion_tokens,
-                reasoning_tokens=answer.reasoning_tokens, max_tokens=max_tokens,
-                model=self.config.job.model, server=server, started_at=started,
-                finished_at=finished)
-        p.errors += 1
-        p.last_error = answer.error
-        if isinstance(answer, Permanent):
-            log.warning("%s: prompt %s failed: %s", server, prompt.id, answer.error)
-            return Failed(prompt.id, answer.error)
-        log.info("%s: prompt %s will be retried: %s", server, prompt.id, answer.error)
-        return Retry(prompt.id, answer.error, self.config.dispatch.max_attempts)
+            self._bad_output.observe(answer)
+        else:
+            p.errors += 1
+            p.last_error = answer.error
+        return outcome_of(prompt, answer, server=server, model=self.config.job.model,
+                          max_tokens=max_tokens, max_attempts=self.config.dispatch.max_attempts,
+                          started=started, finished=finished)
+
+    def _paused_on_bad_output(self, reason: str, problems: tuple[str, ...]) -> None:
+        self._event("paused", "quality", {"reason": reason, "problems": list(problems)},
+                    "quality-gate")
+        self.poke()

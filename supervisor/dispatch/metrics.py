@@ -22,7 +22,7 @@ class RateSnapshot:
     warming_up: bool
 
 
-class RateWindow:
+class CompletionRateWindow:
     """Completions and output tokens in one-second buckets over a sliding window."""
 
     def __init__(self, window_s: float, started_at: float) -> None:

@@ -27,7 +27,7 @@ class UploadStatus:
 RATE_WINDOW_S = 60.0
 
 
-class RateWindow:
+class UploadRateWindow:
     """Bytes and shards verified over the last `window_s` seconds. `add`/`rates` are called
     from the event loop only, so no lock."""
 

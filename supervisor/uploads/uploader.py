@@ -34,7 +34,7 @@ from state.store import Store
 from supervisor.uploads.backoff import Backoff
 from supervisor.uploads.sink import (CorruptUploadError, FatalUploadError, ShardBlob, Sink,
                                      TransientUploadError)
-from supervisor.uploads.upload_status import RateWindow, UploadStatus
+from supervisor.uploads.upload_status import UploadRateWindow, UploadStatus
 
 log = logging.getLogger("supervisor.uploads")
 
@@ -86,7 +86,7 @@ class Uploader:
         self._failed_ids: dict[int, int] = {}      # shard id → failures in this run
         self._prepared = False
         self._not_before = 0.0                     # monotonic: no new upload before this
-        self._rate = RateWindow()
+        self._rate = UploadRateWindow()
         # Figures for status(), refreshed from the DB on every pass.
         self._backlog = (0, 0)
         self._uploaded = (0, 0)

@@ -1,8 +1,8 @@
-from supervisor.dispatch.metrics import RateWindow, eta_seconds, format_duration
+from supervisor.dispatch.metrics import CompletionRateWindow, eta_seconds, format_duration
 
 
 def test_rates_cover_only_the_window_and_warm_up():
-    w = RateWindow(window_s=10, started_at=1000.0)
+    w = CompletionRateWindow(window_s=10, started_at=1000.0)
     for t in range(1000, 1005):          # 5 s at 2 completions/s, 100 tokens each
         w.add(t + 0.5, 2, 200)
     early = w.snapshot(1005.0)
@@ -16,7 +16,7 @@ def test_rates_cover_only_the_window_and_warm_up():
 
 
 def test_a_stall_shows_as_zero_not_an_average():
-    w = RateWindow(window_s=10, started_at=0.0)
+    w = CompletionRateWindow(window_s=10, started_at=0.0)
     for t in range(20):
         w.add(float(t), 5, 5)
     assert w.snapshot(20.0).req_per_s == 5.0

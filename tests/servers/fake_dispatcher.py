@@ -47,7 +47,7 @@ class FakeDispatcher:
                 tg.start_soon(self._slot, endpoint, draining)
 
     async def _slot(self, endpoint: Endpoint, draining: anyio.Event) -> None:
-        from state.records import Done, Requeue, Retry
+        from state.records import Completion, Done, Requeue, Retry
 
         p = self.progress(endpoint.name)
         while not draining.is_set():
@@ -93,12 +93,13 @@ class FakeDispatcher:
             choice = body["choices"][0]
             usage = body.get("usage") or {}
             done = Done(
-                id=prompt.id, content=choice["message"].get("content") or "",
-                reasoning_content=choice["message"].get("reasoning_content"),
-                finish_reason=choice.get("finish_reason") or "stop",
-                prompt_tokens=usage.get("prompt_tokens", 0),
-                completion_tokens=usage.get("completion_tokens", 0),
-                reasoning_tokens=usage.get("reasoning_tokens", 0),
+                id=prompt.id, completion=Completion(
+                    content=choice["message"].get("content") or "",
+                    reasoning_content=choice["message"].get("reasoning_content"),
+                    finish_reason=choice.get("finish_reason") or "stop",
+                    prompt_tokens=usage.get("prompt_tokens", 0),
+                    completion_tokens=usage.get("completion_tokens", 0),
+                    reasoning_tokens=usage.get("reasoning_tokens", 0)),
                 max_tokens=64, model="m", server=endpoint.name,
                 started_at=started, finished_at=time.time())
             with anyio.CancelScope(shield=True):

@@ -14,9 +14,9 @@ import hashlib
 import sys
 import time
 
-from state.records import Done, Retry
+from state.records import Completion, Done, Retry
 from state.store import Store
-from supervisor.shard_writer import ShardWriter
+from supervisor.shards.writer import ShardWriter
 
 SHARD_SIZE = 16
 REGEN_MAX_TOKENS = 200
@@ -32,10 +32,11 @@ def outcome(pid: str, attempts: int) -> Done | Retry:
         return Retry(pid, "connection reset", 5)
     truncated = _h(pid) % 4 == 0 and attempts == retried_first
     now = time.time()
-    return Done(id=pid, content="" if truncated else f"answer to {pid}",
-                reasoning_content=f"thoughts on {pid} (attempt {attempts + 1})",
-                finish_reason="length" if truncated else "stop", prompt_tokens=11,
-                completion_tokens=100 if truncated else 42, reasoning_tokens=30,
+    return Done(id=pid, completion=Completion(
+                    content="" if truncated else f"answer to {pid}",
+                    reasoning_content=f"thoughts on {pid} (attempt {attempts + 1})",
+                    finish_reason="length" if truncated else "stop", prompt_tokens=11,
+                    completion_tokens=100 if truncated else 42, reasoning_tokens=30),
                 max_tokens=100 if truncated else REGEN_MAX_TOKENS, model="crash-test",
                 server="gpu0", started_at=now - 0.5, finished_at=now)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from state.records import Done, ImportRow
+from state.records import Completion, Done, ImportRow
 
 
 def rows(n: int, prefix: str = "p") -> list[ImportRow]:
@@ -12,9 +12,10 @@ def rows(n: int, prefix: str = "p") -> list[ImportRow]:
 
 def done(pid: str, t: float, *, finish: str = "stop", max_tokens: int = 100,
          content: str | None = None) -> Done:
-    return Done(id=pid, content=content if content is not None else f"answer to {pid}",
-                reasoning_content=f"thinking about {pid}", finish_reason=finish,
-                prompt_tokens=10, completion_tokens=20, reasoning_tokens=5,
+    return Done(id=pid, completion=Completion(
+                    content=content if content is not None else f"answer to {pid}",
+                    reasoning_content=f"thinking about {pid}", finish_reason=finish,
+                    prompt_tokens=10, completion_tokens=20, reasoning_tokens=5),
                 max_tokens=max_tokens, model="m", server="gpu0", started_at=t - 1.0,
                 finished_at=t)
 

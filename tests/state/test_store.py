@@ -118,7 +118,7 @@ def test_requeue_truncated_keeps_result_and_shard_until_replaced(store):
     assert store.truncated_count() == 2 and store.truncated_count(200) == 1
     assert store.requeue_truncated(200) == 1
     assert store.counts() == StatusCounts(pending=1, done=2)
-    assert [l.content for l in store.shard_lines(1)][0] == f"answer to {ids[0]}"
+    assert [l.completion.content for l in store.shard_lines(1)][0] == f"answer to {ids[0]}"
     assert store.shards_to_write() == []              # nothing changed in the shard yet
     [c] = store.claim(5, "gpu0", 4.0)
     assert c.id == ids[0] and c.attempts == 1
@@ -126,7 +126,7 @@ def test_requeue_truncated_keeps_result_and_shard_until_replaced(store):
     [again] = store.shards_to_write()
     assert again.id == 1 and again.version == 2
     line = store.shard_lines(1)[0]
-    assert (line.content, line.max_tokens, line.attempts) == ("longer answer", 200, 2)
+    assert (line.completion.content, line.max_tokens, line.attempts) == ("longer answer", 200, 2)
     assert store.requeue_truncated(200) == 0
 
 

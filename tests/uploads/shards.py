@@ -6,9 +6,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from state.records import Done, ImportRow
+from state.records import Completion, Done, ImportRow
 from state.store import Store
-from supervisor.shard_writer import ShardWriter
+from supervisor.shards.writer import ShardWriter
 
 
 def key_for(seq: int) -> str:
@@ -17,9 +17,10 @@ def key_for(seq: int) -> str:
 
 def finish_prompts(store: Store, ids: list[str], t0: float) -> None:
     claimed = store.claim(len(ids), "gpu0", t0)
-    store.record([Done(id=c.id, content=f"answer to {c.id} " + "x" * 200,
-                       reasoning_content=f"thinking about {c.id}", finish_reason="stop",
-                       prompt_tokens=10, completion_tokens=20, reasoning_tokens=5,
+    store.record([Done(id=c.id, completion=Completion(
+                           content=f"answer to {c.id} " + "x" * 200,
+                           reasoning_content=f"thinking about {c.id}", finish_reason="stop",
+                           prompt_tokens=10, completion_tokens=20, reasoning_tokens=5),
                        max_tokens=100, model="m", server="gpu0", started_at=t0 - 1,
                        finished_at=t0 + i * 1e-3) for i, c in enumerate(claimed)])
 

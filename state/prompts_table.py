@@ -1,0 +1,172 @@
+"""The `prompts` table (with its `status_counts`): import, claim, outcomes, requeues, counts."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from typing import Sequence
+
+from state.connection import StoreConnection, dumps
+from state.crash_points import crash_point
+from state.records import (DONE, FAILED, IN_FLIGHT, PENDING, STATUSES, ClaimedPrompt, Done,
+                           Failed, ImportRow, Outcome, Requeue, Retry, StatusCounts)
+
+
+class PromptsTable(StoreConnection):
+    """Every prompt query; each status change keeps status_counts in step in the same transaction."""
+
+    def import_batch(self, rows: Sequence[ImportRow]) -> tuple[int, int]:
+        """Insert new prompts as pending; ids already present are left alone.
+        Returns (inserted, duplicates)."""
+        if not rows:
+            return 0, 0
+        with self._tx() as conn:
+            before = conn.total_changes
+            conn.executemany(
+                "INSERT OR IGNORE INTO prompts (id, messages, source_line) VALUES (?, ?, ?)",
+                [(r.id, dumps(r.messages), r.source_line) for r in rows])
+            inserted = conn.total_changes - before
+            conn.execute("UPDATE status_counts SET n = n + ? WHERE status = 'pending'",
+                         (inserted,))
+        return inserted, len(rows) - inserted
+
+    def recover_in_flight(self) -> int:
+        """Every in-flight prompt back to pending (run at start: whoever had them is gone).
+        Not an attempt: the prompt did nothing wrong."""
+        with self._tx() as conn:
+            n = conn.execute("UPDATE prompts SET status = 'pending' WHERE status = 'in_flight'"
+                             ).rowcount
+            self._move(conn, IN_FLIGHT, PENDING, n)
+        return n
+
+    def claim(self, limit: int, server: str, now: float) -> list[ClaimedPrompt]:
+        """Up to `limit` pending prompts, in import order, now in flight on `server`."""
+        if limit <= 0:
+            return []
+        with self._tx() as conn:
+            rows = conn.execute(
+                "SELECT rowid, id, messages, attempts FROM prompts WHERE status = 'pending' "
+                "ORDER BY rowid LIMIT ?", (limit,)).fetchall()
+            if not rows:
+                return []
+            conn.executemany(
+                "UPDATE prompts SET status = 'in_flight', server = ?, started_at = ? "
+                "WHERE rowid = ?", [(server, now, r[0]) for r in rows])
+            self._move(conn, PENDING, IN_FLIGHT, len(rows))
+            crash_point("claim.mid_tx")
+        return [ClaimedPrompt(r[1], json.loads(r[2]), r[3]) for r in rows]
+
+    def record(self, outcomes: Sequence[Outcome]) -> None:
+        """Apply a batch of outcomes in one transaction (group commit). An outcome for a
+        prompt that is not in flight is ignored: a late answer after a requeue must not
+        overwrite the state the requeue set."""
+        if not outcomes:
+            return
+        with self._tx() as conn:
+            for outcome in outcomes:
+                self._apply(conn, outcome)
+            crash_point("record.mid_tx")
+
+    def _apply(self, conn: sqlite3.Connection, o: Outcome) -> None:
+        if isinstance(o, Done):
+            c = o.completion
+            got = conn.execute(
+                "UPDATE prompts SET status = 'done', attempts = attempts + 1, error = NULL, "
+                "content = ?, reasoning_content = ?, finish_reason = ?, prompt_tokens = ?, "
+                "completion_tokens = ?, reasoning_tokens = ?, max_tokens = ?, model = ?, "
+                "server = ?, started_at = ?, finished_at = ? "
+                "WHERE id = ? AND status = 'in_flight' RETURNING shard_id",
+                (c.content, c.reasoning_content, c.finish_reason, c.prompt_tokens,
+                 c.completion_tokens, c.reasoning_tokens, o.max_tokens, o.model, o.server,
+                 o.started_at, o.finished_at, o.id)).fetchall()
+            if got:
+                self._move(conn, IN_FLIGHT, DONE, 1)
+                shard_id = got[0][0]
+                if shard_id is not None:
+                    # A regenerated prompt keeps its shard: rewrite it (and re-upload it).
+                    conn.execute("UPDATE shards SET status = 'assigned', version = version + 1 "
+                                 "WHERE id = ?", (shard_id,))
+        elif isinstance(o, Retry):
+            got = conn.execute(
+                "UPDATE prompts SET attempts = attempts + 1, error = ?, "
+                "status = CASE WHEN attempts + 1 >= ? THEN 'failed' ELSE 'pending' END "
+                "WHERE id = ? AND status = 'in_flight' RETURNING status",
+                (o.error, o.max_attempts, o.id)).fetchall()
+            if got:
+                self._move(conn, IN_FLIGHT, got[0][0], 1)
+        elif isinstance(o, Failed):
+            n = conn.execute(
+                "UPDATE prompts SET status = 'failed', attempts = attempts + 1, error = ? "
+                "WHERE id = ? AND status = 'in_flight'", (o.error, o.id)).rowcount
+            self._move(conn, IN_FLIGHT, FAILED, n)
+        elif isinstance(o, Requeue):
+            n = conn.execute("UPDATE prompts SET status = 'pending' "
+                             "WHERE id = ? AND status = 'in_flight'", (o.id,)).rowcount
+            self._move(conn, IN_FLIGHT, PENDING, n)
+        else:
+            raise TypeError(f"not an outcome: {o!r}")
+
+    def requeue_truncated(self, below_max_tokens: int) -> int:
+        """Done prompts cut off (finish_reason 'length') at a max_tokens below the given one
+        go back to pending. Their result and shard stay until the new result replaces them,
+        so the output never loses a line meanwhile."""
+        with self._tx() as conn:
+            n = conn.execute(
+                "UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
+                "WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?", (below_max_tokens,)).rowcount
+            self._move(conn, DONE, PENDING, n)
+        return n
+
+    def requeue_ids(self, ids: Sequence[str]) -> int:
+        """Put the given done or failed prompts back to pending (an operator's re-run).
+        Attempts are kept: they are the audit trail."""
+        n_total = 0
+        with self._tx() as conn:
+            for src in (DONE, FAILED):
+                n = 0
+                for pid in ids:
+                    n += conn.execute("UPDATE prompts SET status = 'pending' "
+                                      "WHERE id = ? AND status = ?", (pid, src)).rowcount
+                self._move(conn, src, PENDING, n)
+                n_total += n
+        return n_total
+
+    def counts(self) -> StatusCounts:
+        rows = dict(self._read("SELECT status, n FROM status_counts"))
+        return StatusCounts(**{s: int(rows.get(s, 0)) for s in STATUSES})
+
+    def recount(self) -> StatusCounts:
+        """Rebuild status_counts from the prompts themselves (one index scan). Only needed if
+        someone edited `prompts` by hand; the daemon keeps the counts exact on its own."""
+        with self._tx() as conn:
+            real = dict(conn.execute(
+                "SELECT status, count(*) FROM prompts GROUP BY status").fetchall())
+            conn.executemany("UPDATE status_counts SET n = ? WHERE status = ?",
+                             [(int(real.get(s, 0)), s) for s in STATUSES])
+        return self.counts()
+
+    def truncated_count(self, below_max_tokens: int | None = None) -> int:
+        """Done prompts that hit their token limit (those under `below_max_tokens` only,
+        when given: what requeue_truncated would re-run). Partial-index backed."""
+        sql = ("SELECT count(*) FROM prompts INDEXED BY prompts_truncated "
+               "WHERE status = 'done' AND finish_reason = 'length'")
+        if below_max_tokens is None:
+            return int(self._read(sql)[0][0])
+        return int(self._read(sql + " AND max_tokens < ?", (below_max_tokens,))[0][0])
+
+    def unsharded_done(self) -> int:
+        """Done results not yet in a shard (the next shard fills up from these)."""
+        return int(self._read("SELECT count(*) FROM prompts INDEXED BY prompts_unsharded "
+                              "WHERE status = 'done' AND shard_id IS NULL")[0][0])
+
+    def prompt_status(self, prompt_id: str) -> tuple[str, int, str | None] | None:
+        """(status, attempts, error) of one prompt, or None if unknown."""
+        rows = self._read("SELECT status, attempts, error FROM prompts WHERE id = ?",
+                          (prompt_id,))
+        return tuple(rows[0]) if rows else None  # type: ignore[return-value]
+
+    def failed_prompts(self, limit: int = 100) -> list[tuple[str, int, str | None]]:
+        """(id, attempts, error) of failed prompts, in import order."""
+        return [tuple(r) for r in self._read(  # type: ignore[misc]
+            "SELECT id, attempts, error FROM prompts WHERE status = 'failed' "
+            "ORDER BY rowid LIMIT ?", (limit,))]

@@ -1,0 +1,26 @@
+"""Turning a classified answer into the outcome the store records for its prompt.
+
+A completion becomes `Done` with how it was produced; SGLang refusing the prompt (HTTP 400)
+fails it for good; anything else is a counted retry, failed once attempts run out.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from state.records import ClaimedPrompt, Done, Failed, Outcome, Retry
+from supervisor.dispatch.completion import Answer, Completion, Permanent
+
+log = logging.getLogger("supervisor.dispatch")
+
+
+def outcome_of(prompt: ClaimedPrompt, answer: Answer, *, server: str, model: str,
+               max_tokens: int, max_attempts: int, started: float, finished: float) -> Outcome:
+    if isinstance(answer, Completion):
+        return Done(id=prompt.id, completion=answer, max_tokens=max_tokens, model=model,
+                    server=server, started_at=started, finished_at=finished)
+    if isinstance(answer, Permanent):
+        log.warning("%s: prompt %s failed: %s", server, prompt.id, answer.error)
+        return Failed(prompt.id, answer.error)
+    log.info("%s: prompt %s will be retried: %s", server, prompt.id, answer.error)
+    return Retry(prompt.id, answer.error, max_attempts)

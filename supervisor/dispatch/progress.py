@@ -1,0 +1,32 @@
+"""What the dispatcher publishes: per-server progress (read by the fleet's hang watchdog and
+the status snapshot) and the dispatch snapshot."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from supervisor.dispatch.metrics import CompletionRateWindow, RateSnapshot
+from supervisor.dispatch.quality import QualitySnapshot
+
+
+@dataclass
+class ServerProgress:
+    """What the fleet's hang watchdog and the status snapshot read about one server."""
+    in_flight: int = 0                       # requests on the wire now
+    peak_in_flight: int = 0
+    completed: int = 0                       # outcomes of any kind since the daemon started
+    last_completion_at: float | None = None  # time.monotonic()
+    last_request_started_at: float | None = None
+    errors: int = 0
+    last_error: str | None = None
+    rates: CompletionRateWindow | None = None
+
+
+@dataclass(frozen=True)
+class DispatchSnapshot:
+    max_tokens: int
+    paused: dict[str, str]                   # reason key -> why
+    in_flight: int
+    rates: RateSnapshot
+    per_server: dict[str, RateSnapshot]
+    quality: QualitySnapshot
