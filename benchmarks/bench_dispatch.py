@@ -39,9 +39,9 @@ from state.store import Store  # noqa: E402
 from supervisor.config import parse_config  # noqa: E402
 from supervisor.dispatch.completion import request_body  # noqa: E402
 from supervisor.dispatch.dispatcher import Dispatcher  # noqa: E402
-from supervisor.job import shard_key_for  # noqa: E402
+from supervisor.shards.keys import shard_key_for  # noqa: E402
 from supervisor.servers.endpoint import Endpoint  # noqa: E402
-from supervisor.shard_writer import ShardWriter  # noqa: E402
+from supervisor.shards.writer import ShardWriter  # noqa: E402
 from tests.support import free_port, sim_argv, wait_healthy  # noqa: E402
 
 

@@ -41,7 +41,8 @@ def build(work: Path, n: int) -> Path:
     from bench_import import generate
     from state.store import Store
     from supervisor.config import parse_config
-    from supervisor.job import _import_prompts, shard_key_for
+    from supervisor.job.store_setup import import_prompts
+    from supervisor.shards.keys import shard_key_for
 
     prompts = work / "prompts.jsonl"
     generate(prompts, n)
@@ -50,7 +51,7 @@ def build(work: Path, n: int) -> Path:
                         "servers": {"count": 1, "model_path": "m"}}, base_dir=work)
     store = Store.open(work / "job.db")
     t0 = time.perf_counter()
-    _import_prompts(store, cfg)
+    import_prompts(store, cfg)
     print(f"  setup: imported {n} prompts in {time.perf_counter() - t0:.1f} s", flush=True)
     store.close()
     con = sqlite3.connect(work / "job.db", isolation_level=None)
@@ -92,14 +93,14 @@ def child(work: Path, mode: str) -> dict:
     else:
         from state.store import Store
         from supervisor.config import parse_config
-        from supervisor.job import _import_prompts
+        from supervisor.job.store_setup import import_prompts
 
         cfg = parse_config({"job": {"prompts": paths["prompts"], "state": paths["db"],
                                     "output": str(work / "out")},
                             "servers": {"count": 1, "model_path": "m"}}, base_dir=work)
         store = Store.open(paths["db"])
         recovered = store.recover_in_flight()
-        _import_prompts(store, cfg)
+        import_prompts(store, cfg)
         counts = store.counts()
         to_write = store.shards_to_write()
         claimed = store.claim(256, "gpu0", time.time())

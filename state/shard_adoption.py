@@ -62,13 +62,14 @@ def adopt_shard(store: Store, shard: UploadedShard, lines: Sequence[ShardLine]) 
             status = known[line.id][0]
             if status != "done":
                 moved[status] = moved.get(status, 0) + 1
+            c = line.completion
             conn.execute(
                 "UPDATE prompts SET status = 'done', content = ?, reasoning_content = ?, "
                 "finish_reason = ?, prompt_tokens = ?, completion_tokens = ?, "
                 "reasoning_tokens = ?, max_tokens = ?, model = ?, server = ?, attempts = ?, "
                 "finished_at = ?, error = NULL, shard_id = ? WHERE id = ?",
-                (line.content, line.reasoning_content, line.finish_reason, line.prompt_tokens,
-                 line.completion_tokens, line.reasoning_tokens, line.max_tokens, line.model,
+                (c.content, c.reasoning_content, c.finish_reason, c.prompt_tokens,
+                 c.completion_tokens, c.reasoning_tokens, line.max_tokens, line.model,
                  line.server, line.attempts, line.finished_at, shard.seq, line.id))
         for status, n in moved.items():
             Store._move(conn, status, "done", n)

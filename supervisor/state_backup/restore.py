@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from state.records import ShardLine
+from state.records import Completion, ShardLine
 from state.shard_adoption import AdoptionError, UploadedShard, adopt_shard
 from state.snapshot import SnapshotError, inspect
 from state.store import Store
@@ -129,10 +129,11 @@ def _line(raw: bytes) -> ShardLine:
     obj = json.loads(raw)
     *prompt, answer = obj["messages"]
     usage = obj["usage"]
-    return ShardLine(obj["id"], prompt, answer["content"], answer.get("reasoning_content"),
-                     obj["finish_reason"], usage["prompt_tokens"], usage["completion_tokens"],
-                     usage["reasoning_tokens"], obj["max_tokens"], obj["model"], obj["server"],
-                     obj["attempt"], obj["time"])
+    completion = Completion(answer["content"], answer.get("reasoning_content"),
+                            obj["finish_reason"], usage["prompt_tokens"],
+                            usage["completion_tokens"], usage["reasoning_tokens"])
+    return ShardLine(obj["id"], prompt, completion, obj["max_tokens"], obj["model"],
+                     obj["server"], obj["attempt"], obj["time"])
 
 
 def adopt_uploaded(store: Store, reader: OutputReader, partition: Partition | None) -> list[str]:

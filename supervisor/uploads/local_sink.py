@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from supervisor.shard_writer import write_atomically
+from supervisor.shards.writer import write_atomically
 from supervisor.uploads.sink import CorruptUploadError, Receipt, ShardBlob, Sink, TransientUploadError
 
 

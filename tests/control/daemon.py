@@ -15,8 +15,8 @@ from typing import Any
 
 from supervisor.control.client import ControlClient, ControlUnreachable
 from supervisor.control.contract import Status
-from supervisor.demo import free_base_port
-from supervisor.demo_prompts import write_demo_prompts
+from supervisor.free_ports import free_base_port
+from supervisor.demo.prompts import write_demo_prompts
 from tests.servers.real_job import FAST_SERVERS
 from tests.support import read_db
 

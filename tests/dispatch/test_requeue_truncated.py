@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 
 from state.store import Store
-from supervisor.job import shard_key_for
+from supervisor.shards.keys import shard_key_for
 from supervisor.servers.endpoint import Endpoint
-from supervisor.shard_writer import ShardWriter
+from supervisor.shards.writer import ShardWriter
 
 from .helpers import db_rows, dispatching, job_config, open_store, serve_until
 

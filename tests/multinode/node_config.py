@@ -6,7 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from supervisor.demo import free_base_port
+from supervisor.free_ports import free_base_port
 
 
 def _q(value: str) -> str:

@@ -20,11 +20,11 @@ import anyio
 import httpx
 
 from supervisor.config import JobConfig, parse_config
-from supervisor.demo import free_base_port
-from supervisor.demo_prompts import write_demo_prompts
+from supervisor.free_ports import free_base_port
+from supervisor.demo.prompts import write_demo_prompts
 from supervisor.gpu.fake_source import FakeGpuSource
 from supervisor.job import Job, JobResult
-from supervisor.job_status import JobStatus
+from supervisor.job.status import JobStatus
 from supervisor.servers.fleet import FleetOptions
 from supervisor.servers.server_state import ServerState
 from tests.support import read_db

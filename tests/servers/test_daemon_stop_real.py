@@ -67,7 +67,7 @@ def _wait(condition, what: str, timeout_s: float = 30.0) -> None:
 
 def test_sigterm_leaves_no_process_in_any_server_group(tmp_path: Path) -> None:
     from supervisor.config import load_config
-    from supervisor.demo_prompts import write_demo_prompts
+    from supervisor.demo.prompts import write_demo_prompts
 
     write_demo_prompts(tmp_path / "prompts.jsonl", 5000)   # far more than it will finish
     base_port = free_base_port(2)

@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 from supervisor.job import Job
-from supervisor.job_status import JobStatus
+from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
 
 from .real_job import (WRAPPER, alive, assert_every_prompt_once, assert_nothing_left,

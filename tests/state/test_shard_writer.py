@@ -5,9 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 
-from state.records import Done
+from state.records import Completion, Done
 from state.store import Store
-from supervisor.shard_writer import ShardWriter, shard_bytes
+from supervisor.shards.writer import ShardWriter, shard_bytes
 
 from .helpers import done, key_for, rows
 
@@ -22,8 +22,8 @@ def test_line_format_and_order(tmp_path):
     with Store.open(tmp_path / "job.db") as store:
         store.import_batch(rows(3))
         ids = [c.id for c in store.claim(3, "gpu0", 1.0)]
-        store.record([Done(ids[2], "Ünïcode answer", None, "length", 7, 9, 0, 9, "m", "gpu1",
-                           1.5, 2.25)])
+        store.record([Done(ids[2], Completion("Ünïcode answer", None, "length", 7, 9, 0), 9, "m",
+                           "gpu1", 1.5, 2.25)])
         store.record([done(ids[0], 3.0), done(ids[1], 2.0)])
         assert ShardWriter(store, tmp_path / "out", 10, key_for).sync(flush=True) == [1]
     text = (tmp_path / "out" / "shard-000001.jsonl").read_text(encoding="utf-8")

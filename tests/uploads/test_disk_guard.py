@@ -8,8 +8,9 @@ from pathlib import Path
 
 import anyio
 
-from supervisor.demo import free_base_port, demo_config
-from supervisor.demo_prompts import write_demo_prompts
+from supervisor.demo.config import demo_config
+from supervisor.free_ports import free_base_port
+from supervisor.demo.prompts import write_demo_prompts
 from supervisor.gpu.fake_source import FakeGpuSource
 from supervisor.job import Job
 from supervisor.uploads import disk_guard

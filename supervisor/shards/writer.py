@@ -37,15 +37,16 @@ TMP_SUFFIX = ".tmp"
 
 
 def line_object(line: ShardLine) -> dict[str, Any]:
-    prompt_tokens = line.prompt_tokens or 0
-    completion_tokens = line.completion_tokens or 0
+    c = line.completion
+    prompt_tokens = c.prompt_tokens or 0
+    completion_tokens = c.completion_tokens or 0
     return {
         "id": line.id,
-        "messages": [*line.messages, {"role": "assistant", "content": line.content,
-                                      "reasoning_content": line.reasoning_content}],
-        "finish_reason": line.finish_reason,
+        "messages": [*line.messages, {"role": "assistant", "content": c.content,
+                                      "reasoning_content": c.reasoning_content}],
+        "finish_reason": c.finish_reason,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                  "reasoning_tokens": line.reasoning_tokens or 0,
+                  "reasoning_tokens": c.reasoning_tokens or 0,
                   "total_tokens": prompt_tokens + completion_tokens},
         "max_tokens": line.max_tokens,
         "model": line.model,

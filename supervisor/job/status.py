@@ -1,0 +1,93 @@
+"""The job's status snapshot: what the progress line, systemd's STATUS=, `status` and the
+control socket show. Built from in-memory figures plus one cheap store query."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, is_dataclass
+from enum import Enum
+from typing import Any
+
+from supervisor.dispatch.dispatcher import DispatchSnapshot
+from supervisor.dispatch.metrics import eta_seconds, format_duration
+
+
+@dataclass(frozen=True)
+class JobStatus:
+    time: float
+    elapsed_s: float
+    total: int
+    done: int
+    pending: int
+    in_flight: int
+    failed: int
+    dispatch: DispatchSnapshot
+    servers: tuple[Any, ...] = ()          # ServerSnapshot per server
+    gpu: Any = None                        # GpuTelemetry
+    uploads: Any = None                    # UploadStatus, when uploading
+    disk_paused: str | None = None
+
+    @property
+    def remaining(self) -> int:
+        return self.pending + self.in_flight
+
+    @property
+    def eta_s(self) -> float | None:
+        return eta_seconds(self.remaining, self.dispatch.rates.req_per_s)
+
+    @property
+    def finished(self) -> bool:
+        return self.total > 0 and self.remaining == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        out = _plain(asdict(self))
+        out["remaining"] = self.remaining
+        out["eta_s"] = self.eta_s
+        return out
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, Enum):
+        return value.value
+    if is_dataclass(value) and not isinstance(value, type):
+        return _plain(asdict(value))
+    return value
+
+
+def progress_line(s: JobStatus) -> str:
+    r = s.dispatch.rates
+    q = s.dispatch.quality
+    pct = 100.0 * s.done / s.total if s.total else 0.0
+    ready = sum(1 for srv in s.servers if str(getattr(srv, "state", "")) == "READY")
+    eta = format_duration(s.eta_s) + (" (warming up)" if r.warming_up and s.remaining else "")
+    parts = [
+        f"{s.done}/{s.total} ({pct:.0f}%)",
+        f"{r.req_per_s:.1f} req/s",
+        f"{_si(r.tok_per_s)} tok/s",
+        f"avg {r.avg_output_tokens:.0f} tok",
+        f"trunc {100 * q.truncation_rate:.1f}%",
+        f"bad {100 * q.bad_rate:.1f}%",
+        f"ETA {eta}",
+        f"servers {ready}/{len(s.servers)} ready",
+    ]
+    if s.failed:
+        parts.append(f"failed {s.failed}")
+    if s.uploads is not None:
+        backlog = getattr(s.uploads, "backlog_shards", None)
+        # A local output's "backlog" is only the shard being checked: not worth a column.
+        if backlog is not None and getattr(s.uploads, "remote", True):
+            nbytes = getattr(s.uploads, "backlog_bytes", 0) or 0
+            parts.append(f"S3 backlog {backlog} ({nbytes / 1e6:.0f} MB)")
+        stopped = getattr(s.uploads, "stopped", None)
+        if stopped:
+            parts.append(f"UPLOADS STOPPED: {stopped}")
+    if s.dispatch.paused:
+        parts.append("PAUSED: " + "; ".join(s.dispatch.paused.values()))
+    return "  ".join(parts)
+
+
+def _si(x: float) -> str:
+    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.0f}"

@@ -1,0 +1,54 @@
+"""Building the job's status snapshot from its parts: one cheap store query (the status
+counts) plus what the dispatcher, fleet, GPU sampler, uploader and disk guard hold in memory;
+and the control socket's richer status on top of it."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from state.async_store import AsyncStore
+from state.store import Store
+from supervisor.config import JobConfig
+from supervisor.control.contract import Status
+from supervisor.job.status import JobStatus
+
+
+class StatusBuilder:
+    def __init__(self, astore: AsyncStore, started_at: float) -> None:
+        self.astore = astore
+        self.started_at = started_at
+        # The parts appear as the job starts them; a part not there yet is left out.
+        self.dispatcher: Any = None
+        self.fleet: Any = None
+        self.gpu: Any = None
+        self.uploader: Any = None
+        self.disk_guard: Any = None
+        self.last: JobStatus | None = None
+
+    async def build(self) -> JobStatus:
+        counts = await self.astore.call(Store.counts)
+        assert self.dispatcher is not None
+        now = time.time()
+        status = JobStatus(
+            time=now, elapsed_s=now - self.started_at, total=counts.total, done=counts.done,
+            pending=counts.pending, in_flight=counts.in_flight, failed=counts.failed,
+            dispatch=self.dispatcher.snapshot(),
+            servers=tuple(self.fleet.snapshot()) if self.fleet is not None else (),
+            gpu=self.gpu.latest if self.gpu is not None else None,
+            uploads=self.uploader.status() if self.uploader is not None else None,
+            disk_paused=self.disk_guard.paused_reason() if self.disk_guard is not None else None)
+        self.last = status
+        return status
+
+    async def control_status(self, config: JobConfig, throughput: tuple[Any, ...],
+                             events: tuple[Any, ...]) -> Status:
+        """The control socket's status: the job status plus what only the socket serves
+        (output-length histogram, server flags, throughput history, recent events)."""
+        from supervisor.control.snapshot import build_status
+
+        js = await self.build()
+        d = self.dispatcher
+        return build_status(js, config, started_at=self.started_at,
+                            histogram=d.lengths.histogram(d.max_tokens), flags=self.fleet,
+                            throughput=throughput, events=events)
