@@ -11,7 +11,7 @@ from state.records import ImportRow
 from state.snapshot import PARTITION, PROMPTS_SHA256, SnapshotError, inspect
 from state.store import Store
 from supervisor.config import Partition
-from supervisor.job import shard_key_for
+from supervisor.shards.keys import shard_key_for
 from supervisor.output_layout import ShardKey, manifest_key, parse_shard_key
 from supervisor.state_backup.backup import StateBackup
 from supervisor.state_backup.manifest import BackupManifest
