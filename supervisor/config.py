@@ -115,6 +115,9 @@ class QualitySection:
     max_bad_rate: float = 0.5
     # Truncation alone is reported but does not pause the job unless this is set below 1.
     max_truncation_rate: float = 1.0
+    # Pause when more than this share of the window ran into max_tokens looping (degenerate
+    # repetition: a model or sampling problem a higher limit does not fix). 1 = never.
+    max_loop_rate: float = 1.0
     metrics_window_s: float = 60.0
 
 
@@ -328,7 +331,7 @@ def _validate(cfg: JobConfig) -> None:
     positive("quality.window", q.window)
     if not 0 < q.min_samples <= q.window:
         raise ConfigError(f"quality.min_samples: must be within 1..quality.window ({q.window})")
-    for name in ("max_bad_rate", "max_truncation_rate"):
+    for name in ("max_bad_rate", "max_truncation_rate", "max_loop_rate"):
         value = getattr(q, name)
         if not 0 < value <= 1:
             raise ConfigError(f"quality.{name}: must be within (0, 1], got {value}")

@@ -16,29 +16,39 @@ EMPTY_CONTENT = "empty_content"
 MISSING_REASONING = "missing_reasoning"
 THINK_MARKERS = "think_markers"
 TRUNCATED = "truncated"
+# A truncated answer whose tail repeats itself (loop_detector.py): a degenerate loop, which
+# a re-run at a higher limit only makes longer. Always comes with TRUNCATED.
+LOOP = "loop"
 
 _MARKERS = ("<think>", "</think>")
 
 
 @dataclass(frozen=True)
 class Verdict:
-    problems: tuple[str, ...]   # every check that failed, TRUNCATED included
+    problems: tuple[str, ...]   # every check that failed, TRUNCATED (and LOOP) included
 
     @property
     def bad(self) -> bool:
-        return any(p != TRUNCATED for p in self.problems)
+        return any(p not in (TRUNCATED, LOOP) for p in self.problems)
 
     @property
     def truncated(self) -> bool:
         return TRUNCATED in self.problems
 
+    @property
+    def looping(self) -> bool:
+        return LOOP in self.problems
+
 
 def check_completion(content: str, reasoning: str | None, finish_reason: str,
-                     thinking: bool) -> Verdict:
+                     thinking: bool, loop: bool = False) -> Verdict:
+    """`loop`: the loop detector's verdict on this answer (only a truncated one can loop)."""
     problems: list[str] = []
     truncated = finish_reason == "length"
     if truncated:
         problems.append(TRUNCATED)
+        if loop:
+            problems.append(LOOP)
     # Cut off inside the thinking part: SGLang puts all text in reasoning_content and leaves
     # content empty. That is truncation, not an empty answer.
     if not content.strip() and not (truncated and thinking and reasoning):
@@ -56,31 +66,38 @@ def check_completion(content: str, reasoning: str | None, finish_reason: str,
 class QualitySnapshot:
     samples: int                 # completions in the window
     bad_rate: float
-    truncation_rate: float
+    truncation_rate: float       # long_rate + loop_rate
     problems: dict[str, int]     # per check, within the window
     checked_total: int
     bad_total: int
     truncated_total: int
     tripped: str | None          # why dispatch should pause, if it should
+    loop_rate: float = 0.0       # truncated and looping
+    long_rate: float = 0.0       # truncated, not looping: worth a re-run at a higher limit
+    loop_total: int = 0
 
 
 class QualityGate:
     """Rolling rates over the last `window` completions; trips once the window holds at
-    least `min_samples` and the bad share (or truncation share) passes its threshold."""
+    least `min_samples` and the bad share (or truncation share, or loop share) passes its
+    threshold."""
 
     def __init__(self, window: int, min_samples: int, max_bad_rate: float,
-                 max_truncation_rate: float = 1.0) -> None:
+                 max_truncation_rate: float = 1.0, max_loop_rate: float = 1.0) -> None:
         self.window = window
         self.min_samples = min_samples
         self.max_bad_rate = max_bad_rate
         self.max_truncation_rate = max_truncation_rate
+        self.max_loop_rate = max_loop_rate
         self._recent: deque[Verdict] = deque(maxlen=window)
         self._problems: Counter[str] = Counter()
         self._bad = 0
         self._truncated = 0
+        self._loops = 0
         self.checked_total = 0
         self.bad_total = 0
         self.truncated_total = 0
+        self.loop_total = 0
 
     def observe(self, verdict: Verdict) -> str | None:
         """Add one completion; returns the reason to pause when the gate trips now."""
@@ -90,21 +107,24 @@ class QualityGate:
         self._problems.update(verdict.problems)
         self._bad += verdict.bad
         self._truncated += verdict.truncated
+        self._loops += verdict.looping
         self.checked_total += 1
         self.bad_total += verdict.bad
         self.truncated_total += verdict.truncated
+        self.loop_total += verdict.looping
         return self.tripped()
 
     def _forget(self, old: Verdict) -> None:
         self._problems.subtract(old.problems)
         self._bad -= old.bad
         self._truncated -= old.truncated
+        self._loops -= old.looping
 
     def reset(self) -> None:
         """Forget the window (an operator resumed after fixing the cause)."""
         self._recent.clear()
         self._problems.clear()
-        self._bad = self._truncated = 0
+        self._bad = self._truncated = self._loops = 0
 
     def tripped(self) -> str | None:
         n = len(self._recent)
@@ -113,9 +133,13 @@ class QualityGate:
         bad_rate, trunc_rate = self._bad / n, self._truncated / n
         if bad_rate > self.max_bad_rate:
             worst = ", ".join(f"{k} {v}" for k, v in self._problems.most_common()
-                              if k != TRUNCATED and v > 0)
+                              if k not in (TRUNCATED, LOOP) and v > 0)
             return (f"bad output: {bad_rate:.0%} of the last {n} completions "
                     f"(threshold {self.max_bad_rate:.0%}): {worst}")
+        loop_rate = self._loops / n
+        if loop_rate > self.max_loop_rate:
+            return (f"degenerate loops: {loop_rate:.0%} of the last {n} completions ran into "
+                    f"max_tokens repeating themselves (threshold {self.max_loop_rate:.0%})")
         if trunc_rate > self.max_truncation_rate:
             return (f"truncation: {trunc_rate:.0%} of the last {n} completions hit max_tokens "
                     f"(threshold {self.max_truncation_rate:.0%})")
@@ -129,4 +153,7 @@ class QualityGate:
             truncation_rate=self._truncated / n if n else 0.0,
             problems={k: v for k, v in self._problems.items() if v > 0},
             checked_total=self.checked_total, bad_total=self.bad_total,
-            truncated_total=self.truncated_total, tripped=self.tripped())
+            truncated_total=self.truncated_total, tripped=self.tripped(),
+            loop_rate=self._loops / n if n else 0.0,
+            long_rate=(self._truncated - self._loops) / n if n else 0.0,
+            loop_total=self.loop_total)

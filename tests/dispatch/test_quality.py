@@ -1,4 +1,4 @@
-from supervisor.dispatch.quality import (EMPTY_CONTENT, MISSING_REASONING, THINK_MARKERS,
+from supervisor.dispatch.quality import (EMPTY_CONTENT, LOOP, MISSING_REASONING, THINK_MARKERS,
                                          TRUNCATED, QualityGate, check_completion)
 
 
@@ -60,3 +60,23 @@ def test_truncation_threshold_trips_separately():
     reason = gate.observe(trunc)
     assert reason is not None and reason.startswith("truncation")
     assert gate.snapshot().truncation_rate == 1.0
+
+
+def test_a_loop_is_truncation_not_bad_output_and_only_when_truncated():
+    v = check_completion("", "again and again", "length", thinking=True, loop=True)
+    assert v.problems == (TRUNCATED, LOOP) and v.looping and v.truncated and not v.bad
+    assert check_completion("4", "x", "stop", thinking=True, loop=True).problems == ()
+
+
+def test_truncation_splits_into_long_and_looping_and_the_loop_share_can_pause():
+    gate = QualityGate(window=10, min_samples=10, max_bad_rate=0.5, max_loop_rate=0.3)
+    long = check_completion("", "thinking on", "length", thinking=True)
+    loop = check_completion("", "la la", "length", thinking=True, loop=True)
+    good = check_completion("x", "y", "stop", thinking=True)
+    for v in [long] * 4 + [loop] * 3 + [good] * 2:
+        assert gate.observe(v) is None
+    snap = gate.snapshot()
+    assert (snap.truncation_rate, snap.long_rate, snap.loop_rate) == (7 / 9, 4 / 9, 3 / 9)
+    reason = gate.observe(loop)
+    assert reason is not None and reason.startswith("degenerate loops: 40% of the last 10")
+    assert gate.snapshot().loop_total == 4
