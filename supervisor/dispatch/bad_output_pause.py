@@ -23,9 +23,9 @@ class BadOutputPause:
         self.paused = paused              # the dispatcher's pause reasons, by key
         self.on_pause = on_pause          # (reason, the last completion's problems)
 
-    def observe(self, c: Completion) -> None:
+    def observe(self, c: Completion, loop: bool = False) -> None:
         verdict = check_completion(c.content, c.reasoning_content, c.finish_reason,
-                                   self.thinking)
+                                   self.thinking, loop)
         trip = self.gate.observe(verdict)
         if trip and QUALITY not in self.paused:
             self.paused[QUALITY] = trip

@@ -27,6 +27,8 @@ from supervisor.config import JobConfig
 from supervisor.dispatch.bad_output_pause import BadOutputPause
 from supervisor.dispatch.completion import (Answer, Completion, Retryable, classify_response,
                                             request_body)
+from supervisor.dispatch.length_eta import LengthEta
+from supervisor.dispatch.loop_detector import is_loop
 from supervisor.dispatch.metrics import CompletionRateWindow
 from supervisor.dispatch.outcome import outcome_of
 from supervisor.dispatch.output_lengths import LengthWindow
@@ -66,10 +68,11 @@ class Dispatcher:
         self.max_tokens = config.generation.max_tokens
         q = config.quality
         self.quality = QualityGate(q.window, q.min_samples, q.max_bad_rate,
-                                   q.max_truncation_rate)
+                                   q.max_truncation_rate, q.max_loop_rate)
         self.started_at = clock()
         self.rates = CompletionRateWindow(q.metrics_window_s, self.started_at)
         self.lengths = LengthWindow()
+        self.eta = LengthEta(clock=clock)
         self._progress: dict[str, ServerProgress] = {}
         self._serving: dict[int, _Serving] = {}
         self._paused: dict[str, str] = {}
@@ -293,7 +296,12 @@ class Dispatcher:
         async with recv:
             async for prompt in recv:
                 serving.wake.set()     # a buffer slot freed: the feeder may refill
-                await self._one(serving, prompt)
+                try:
+                    await self._one(serving, prompt)
+                finally:
+                    # Cancelled with its server, or ended without an answer: no length
+                    # learnt (an answer has already left the estimator's running set).
+                    self.eta.dropped(prompt.id)
 
     async def _one(self, serving: _Serving, prompt: ClaimedPrompt) -> None:
         endpoint = serving.endpoint
@@ -304,6 +312,7 @@ class Dispatcher:
                           ensure_ascii=False).encode()
         timeout = self.config.dispatch.request_timeout_s
         started = self.clock()
+        self.eta.started(prompt.id, max_tokens, started)
         p.in_flight += 1
         p.peak_in_flight = max(p.peak_in_flight, p.in_flight)
         p.last_request_started_at = time.monotonic()
@@ -337,11 +346,14 @@ class Dispatcher:
                  started: float, finished: float) -> Outcome:
         p = self.progress(server)
         if isinstance(answer, Completion):
+            self.eta.finished(prompt.id, answer.completion_tokens,
+                              answer.finish_reason == "length", finished)
+            loop = is_loop(answer.content, answer.reasoning_content, answer.finish_reason)
             self.rates.add(finished, 1, answer.completion_tokens)
             self.lengths.add(answer.completion_tokens)
             assert p.rates is not None
             p.rates.add(finished, 1, answer.completion_tokens)
-            self._bad_output.observe(answer)
+            self._bad_output.observe(answer, loop)
         else:
             p.errors += 1
             p.last_error = answer.error

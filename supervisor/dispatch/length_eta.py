@@ -6,6 +6,7 @@ shortest answers. Here the unit of work is the token, not the request:
   remaining tokens = pending prompts x E[min(L, max_tokens)]
                    + for each request in flight, E[tokens still to come | L > its age]
   tok/s            = requests in flight x per-request decode rate
+  ETA              = remaining tokens / tok/s + the drain (the last answers run alone)
 
 E[...] comes from a Kaplan-Meier curve over every answer seen (token_survival.py), where an
 answer cut off at max_tokens, and a request still decoding, are censored observations: a
@@ -89,6 +90,11 @@ class LengthEta:
             bins.extend([0] * (b + 1 - len(bins)))
         bins[b] += 1
 
+    @property
+    def running(self) -> int:
+        """Requests on the wire (the rest of the store's in_flight prompts wait in a buffer)."""
+        return len(self._running)
+
     # -- the estimate -------------------------------------------------------------------------
 
     def decode_rate(self) -> tuple[float, float] | None:
@@ -149,12 +155,20 @@ class LengthEta:
         if tok_s <= 0:
             return EtaEstimate(None, None, None, True, "nothing in flight",
                                tok_per_s=0.0, **base)
-        eta = point / tok_s
+        # The job ends with its longest answer, not its average one: the tail where slots
+        # empty one by one, in seconds.
+        if fresh or floors:
+            tail_s = curve.drain_excess(len(running), max_tokens) / per_req
+            fluid = 1.0
+        else:
+            tail_s = curve.longest_residual(ages) / per_req
+            fluid = 0.0          # nothing pending: the longest residual is the whole answer
+        eta = fluid * point / tok_s + tail_s
         lo_tokens = max(0.0, low - Z80 * sd_tokens)
         hi_tokens = high + Z80 * sd_tokens
         # The decode rate's error scales the whole time; combine it as a relative spread.
-        lo_s = lo_tokens / tok_s / (1.0 + Z80 * rate_rse)
-        hi_s = hi_tokens / tok_s / max(1e-3, 1.0 - Z80 * rate_rse)
+        lo_s = (fluid * lo_tokens / tok_s + tail_s) / (1.0 + Z80 * rate_rse)
+        hi_s = (fluid * hi_tokens / tok_s + tail_s) / max(1e-3, 1.0 - Z80 * rate_rse)
         reason = None
         if not curve.covers(max_tokens):
             reason = (f"longest answers not seen yet (data up to {curve.data_end:.0f} of "

@@ -158,3 +158,47 @@ class TokenSurvival:
                 area_after = total - self.integral((b + 0.5) * self.w, tail)
                 var += area_after * area_after * d / (y * (y - d))
         return LengthMoments(mean, var, spread)
+
+    # -- the end of a job ---------------------------------------------------------------------
+
+    def drain_excess(self, slots: int, cap: float, steps: int = 128) -> float:
+        """Tokens per slot by which the last answer outlasts the average one.
+
+        While prompts are pending every slot decodes; once they run out, the job ends with
+        the longest answer still running, not with the average one. With `slots` busy slots
+        at a random moment, each one's remaining tokens follow the equilibrium (residual)
+        distribution F_e(x) = integral of S over [0, x] / mean; the excess is
+        E[max of `slots` draws] - E[one draw] = integral of (F_e - F_e^slots).
+        """
+        mean = self.integral(cap)
+        if slots <= 1 or mean <= 0:
+            return 0.0
+        step = cap / steps
+        excess = 0.0
+        for i in range(steps):
+            f = self.integral((i + 0.5) * step) / mean
+            excess += (f - f ** slots) * step
+        return excess
+
+    def longest_residual(self, ages: Sequence[tuple[float, float]], steps: int = 48) -> float:
+        """E[max over running answers of their tokens still to come]; `ages` are (age, cap)
+        pairs. The job's end once nothing is pending."""
+        if not ages:
+            return 0.0
+        horizon = max(cap - age for age, cap in ages)
+        if horizon <= 0:
+            return 0.0
+        base = [(age, cap, self.survival(age)) for age, cap in ages]
+        step = horizon / steps
+        total = 0.0
+        for i in range(steps):
+            x = (i + 0.5) * step
+            all_done = 1.0
+            for age, cap, s0 in base:
+                if age + x >= cap or s0 <= 1e-12:
+                    continue
+                all_done *= 1.0 - self.survival(age + x) / s0
+                if all_done == 0.0:
+                    break
+            total += (1.0 - all_done) * step
+        return total

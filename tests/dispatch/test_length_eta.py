@@ -99,3 +99,12 @@ def test_no_requests_in_flight_means_no_eta():
     est = eta.estimate(50, 4096, now=30.0)
     assert est.eta_s is None and est.reason == "nothing in flight"
     assert est.expected_tokens is not None and est.tok_per_s == 0.0
+
+
+def test_the_end_of_the_job_waits_for_its_longest_answer():
+    # Past the last pending prompt the slots empty one by one: the ETA is the longest
+    # answer still running, not the average one.
+    seen, end = _run(n=3000, slots=24, cap=4096, marks=(0.9, 0.97, 0.99))
+    for mark, (t, est) in seen.items():
+        actual = end - t
+        assert abs(est.eta_s - actual) / actual < 0.10, (mark, est.eta_s, actual)
