@@ -41,6 +41,7 @@ from supervisor.dispatch.dispatcher import Dispatcher  # noqa: E402
 from supervisor.dispatch.length_eta import EtaEstimate  # noqa: E402
 from supervisor.dispatch.metrics import eta_seconds  # noqa: E402
 from supervisor.servers.endpoint import Endpoint  # noqa: E402
+from tests.support import read_db  # noqa: E402
 
 MARKS = (0.02, 0.05, 0.10, 0.50)
 
@@ -102,9 +103,13 @@ async def run_job(urls: list[str], n: int, slots: int, window_s: float,
                         await anyio.sleep(0.02)
                     draining.set()
                     tg.cancel_scope.cancel()
+            # What the estimator was after: the job's real mean length and decode rate.
+            tokens, seconds = read_db(
+                Path(tmp) / "job.db",
+                "SELECT sum(completion_tokens), sum(finished_at - started_at) FROM prompts")[0]
         finally:
             store.close()
-        return readings, marks, end
+        return readings, marks, end, tokens / n, tokens / seconds
 
 
 def _err(eta: float | None, actual: float) -> float | None:
@@ -133,12 +138,13 @@ def main() -> None:
         "--sim-time-scale", str(args.time_scale)])
     try:
         wall = time.perf_counter()
-        readings, marks, end = anyio.run(run_job, [u for _, u in sims], args.prompts,
+        readings, marks, end, mean_len, rate = anyio.run(run_job, [u for _, u in sims], args.prompts,
                                          args.slots, window, 1.0)
         wall = time.perf_counter() - wall
     finally:
         stop_sims(sims)
-    print(f"job finished in {end:.1f} s (wall {wall:.1f} s)\n")
+    print(f"job finished in {end:.1f} s (wall {wall:.1f} s); real mean length {mean_len:.0f} "
+          f"tokens, real decode rate {rate:.0f} tok/s per request\n")
     print(" at job  elapsed  actual left | length ETA [80% interval]        error  warm |"
           " windowed ETA   error  warm")
     for m in MARKS:
@@ -152,6 +158,11 @@ def main() -> None:
               f" {_pct(_err(e.eta_s, actual))}  {'yes' if e.warming_up else 'no ':3} |"
               f" {(r.windowed or float('nan')):9.1f}s  {_pct(_err(r.windowed, actual))}"
               f"  {'yes' if r.windowed_warming else 'no'}")
+    print("\n at job  E[length]  decode tok/s  in flight x rate = tok/s")
+    for m in MARKS:
+        e = marks[m].length
+        print(f"  {100 * m:4.0f}%  {e.expected_tokens or 0:8.0f}  {e.decode_tok_per_s or 0:11.0f}"
+              f"  {e.tok_per_s or 0:26.0f}")
     span = [r for r in readings if 0.02 * args.prompts <= r.done <= 0.9 * args.prompts]
     pairs = [(abs(a), abs(b)) for r in span
              if (a := _err(r.length.eta_s, end - r.t)) is not None

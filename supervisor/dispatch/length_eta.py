@@ -5,14 +5,14 @@ shortest answers. Here the unit of work is the token, not the request:
 
   remaining tokens = pending prompts x E[min(L, max_tokens)]
                    + for each request in flight, E[tokens still to come | L > its age]
-  tok/s            = requests in flight x per-request decode rate
+  tok/s            = requests in flight x per-request decode rate (less a fixed overhead
+                     per request: queueing, prefill, HTTP)
   ETA              = remaining tokens / tok/s + the drain (the last answers run alone)
 
 E[...] comes from a Kaplan-Meier curve over every answer seen (token_survival.py), where an
 answer cut off at max_tokens, and a request still decoding, are censored observations: a
-request in flight for t seconds has written at least t x the per-request decode rate. The
-decode rate is a ratio of sums (tokens / seconds) over recent completions, so it includes
-the server's queueing and prefill, and the age it gives is a lower bound, as censoring needs.
+request in flight for t seconds has written about (t - overhead) x the per-request decode
+rate, both fitted over recent completions (seconds = overhead + tokens / rate).
 
 The 80% interval adds the sampling error of the mean length, the spread of the remaining
 prompts' lengths, the spread of the decode rate, and (while the longest answers have not
@@ -49,6 +49,13 @@ class EtaEstimate:
     decode_tok_per_s: float | None   # one request's decode rate
     observed: int                    # finished answers behind the curve (truncated included)
     censored: int                    # of them, cut off at max_tokens, plus requests in flight
+
+
+@dataclass(frozen=True)
+class DecodeSpeed:
+    tok_per_s: float         # one request's decode rate
+    overhead_s: float        # what every request costs besides decoding
+    rse: float               # relative standard error of tok_per_s
 
 
 @dataclass
@@ -97,20 +104,31 @@ class LengthEta:
 
     # -- the estimate -------------------------------------------------------------------------
 
-    def decode_rate(self) -> tuple[float, float] | None:
-        """(tokens/s per request, its relative standard error) over recent completions."""
-        if len(self._rates) < 2:
-            return None
-        tokens = sum(t for t, _ in self._rates)
-        seconds = sum(s for _, s in self._rates)
-        if seconds <= 0:
-            return None
-        rate = tokens / seconds
-        # Ratio estimator's standard error: spread of (tokens - rate x seconds).
+    def decode_speed(self) -> DecodeSpeed | None:
+        """Fitted over recent completions: seconds = overhead + tokens / rate.
+
+        The overhead (queueing, prefill, HTTP) is what a short answer pays as much as a long
+        one; a plain tokens/seconds ratio would charge it per token, and the first answers of
+        a job (the short ones) would make the rate look slow and the ETA long."""
         n = len(self._rates)
-        mean_s = seconds / n
+        if n < 2:
+            return None
+        mt = sum(t for t, _ in self._rates) / n
+        ms = sum(s for _, s in self._rates) / n
+        sxx = sum((t - mt) ** 2 for t, _ in self._rates)
+        sxy = sum((t - mt) * (s - ms) for t, s in self._rates)
+        if sxx > 0 and sxy > 0 and n > 2:
+            slope = sxy / sxx                     # seconds per token
+            overhead = ms - slope * mt
+            if overhead >= 0:
+                resid = sum((s - overhead - slope * t) ** 2 for t, s in self._rates) / (n - 2)
+                return DecodeSpeed(1.0 / slope, overhead, math.sqrt(resid / sxx) / slope)
+        if ms <= 0:
+            return None
+        # Too little spread in the lengths to fit both: a ratio through the origin.
+        rate = mt / ms
         resid = sum((t - rate * s) ** 2 for t, s in self._rates) / (n - 1)
-        return rate, math.sqrt(resid / n) / (mean_s * rate)
+        return DecodeSpeed(rate, 0.0, math.sqrt(resid / n) / (ms * rate))
 
     def estimate(self, pending: int, max_tokens: int, now: float | None = None,
                  pending_floors: Mapping[int, int] | None = None) -> EtaEstimate:
@@ -119,16 +137,17 @@ class LengthEta:
         now = self.clock() if now is None else now
         events = sum(self._events)
         cut = sum(self._censored)
-        rate = self.decode_rate()
+        speed = self.decode_speed()
         running = list(self._running.values())
-        if events < MIN_EVENTS or rate is None:
+        if events < MIN_EVENTS or speed is None:
             return self._none(f"{events} of {MIN_EVENTS} answers needed", events + cut,
                               cut + len(running))
-        per_req, rate_rse = rate
+        per_req, overhead, rate_rse = speed.tok_per_s, speed.overhead_s, speed.rse
         censored = list(self._censored)
         ages = []
         for r in running:
-            age = min((now - r.started) * per_req, max(r.max_tokens - 1, 0))
+            decoding = max(0.0, now - r.started - overhead)
+            age = min(decoding * per_req, max(r.max_tokens - 1, 0))
             ages.append((age, r.max_tokens))
             self._add(censored, int(age))
         curve = TokenSurvival(self._events, censored, self.bin_tokens)
@@ -146,7 +165,10 @@ class LengthEta:
         m = curve.moments(max_tokens, POINT)
         # Fresh prompts: the mean is uncertain (shared by all) and each length varies.
         sd_tokens = math.sqrt(fresh * fresh * m.mean_variance + fresh * m.spread_variance)
-        tok_s = len(running) * per_req
+        slots = len(running)
+        to_start = fresh + sum(floors.values())
+        # Output tok/s with every slot busy: each answer costs its tokens plus the overhead.
+        tok_s = slots * per_req * m.mean / (m.mean + overhead * per_req) if m.mean > 0 else 0.0
         base = {"expected_tokens": m.mean, "remaining_tokens": point,
                 "decode_tok_per_s": per_req, "observed": events + cut,
                 "censored": cut + len(running)}
@@ -157,18 +179,21 @@ class LengthEta:
                                tok_per_s=0.0, **base)
         # The job ends with its longest answer, not its average one: the tail where slots
         # empty one by one, in seconds.
-        if fresh or floors:
-            tail_s = curve.drain_excess(len(running), max_tokens) / per_req
+        if to_start:
+            tail_s = curve.drain_excess(slots, max_tokens) / per_req
             fluid = 1.0
         else:
             tail_s = curve.longest_residual(ages) / per_req
             fluid = 0.0          # nothing pending: the longest residual is the whole answer
-        eta = fluid * point / tok_s + tail_s
-        lo_tokens = max(0.0, low - Z80 * sd_tokens)
-        hi_tokens = high + Z80 * sd_tokens
+
+        def seconds(tokens: float) -> float:
+            # Slot-seconds: decoding every token, plus each prompt not started's overhead.
+            return fluid * (tokens / per_req + to_start * overhead) / slots + tail_s
+
+        eta = seconds(point)
         # The decode rate's error scales the whole time; combine it as a relative spread.
-        lo_s = (fluid * lo_tokens / tok_s + tail_s) / (1.0 + Z80 * rate_rse)
-        hi_s = (fluid * hi_tokens / tok_s + tail_s) / max(1e-3, 1.0 - Z80 * rate_rse)
+        lo_s = seconds(max(0.0, low - Z80 * sd_tokens)) / (1.0 + Z80 * rate_rse)
+        hi_s = seconds(high + Z80 * sd_tokens) / max(1e-3, 1.0 - Z80 * rate_rse)
         reason = None
         if not curve.covers(max_tokens):
             reason = (f"longest answers not seen yet (data up to {curve.data_end:.0f} of "
