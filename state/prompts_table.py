@@ -74,11 +74,11 @@ class PromptsTable(StoreConnection):
                 "UPDATE prompts SET status = 'done', attempts = attempts + 1, error = NULL, "
                 "content = ?, reasoning_content = ?, finish_reason = ?, prompt_tokens = ?, "
                 "completion_tokens = ?, reasoning_tokens = ?, max_tokens = ?, model = ?, "
-                "server = ?, started_at = ?, finished_at = ? "
+                "server = ?, started_at = ?, finished_at = ?, loop = ? "
                 "WHERE id = ? AND status = 'in_flight' RETURNING shard_id",
                 (c.content, c.reasoning_content, c.finish_reason, c.prompt_tokens,
                  c.completion_tokens, c.reasoning_tokens, o.max_tokens, o.model, o.server,
-                 o.started_at, o.finished_at, o.id)).fetchall()
+                 o.started_at, o.finished_at, int(o.loop), o.id)).fetchall()
             if got:
                 self._move(conn, IN_FLIGHT, DONE, 1)
                 shard_id = got[0][0]
@@ -106,14 +106,17 @@ class PromptsTable(StoreConnection):
         else:
             raise TypeError(f"not an outcome: {o!r}")
 
-    def requeue_truncated(self, below_max_tokens: int) -> int:
+    def requeue_truncated(self, below_max_tokens: int, include_loops: bool = False) -> int:
         """Done prompts cut off (finish_reason 'length') at a max_tokens below the given one
         go back to pending. Their result and shard stay until the new result replaces them,
-        so the output never loses a line meanwhile."""
+        so the output never loses a line meanwhile. Degenerate loops stay unless
+        `include_loops`: a looping model loops again, at twice the cost."""
         with self._tx() as conn:
             n = conn.execute(
                 "UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
-                "WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?", (below_max_tokens,)).rowcount
+                "WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
+                + ("" if include_loops else " AND coalesce(loop, 0) = 0"),
+                (below_max_tokens,)).rowcount
             self._move(conn, DONE, PENDING, n)
         return n
 
@@ -145,14 +148,32 @@ class PromptsTable(StoreConnection):
                              [(int(real.get(s, 0)), s) for s in STATUSES])
         return self.counts()
 
-    def truncated_count(self, below_max_tokens: int | None = None) -> int:
+    def truncated_count(self, below_max_tokens: int | None = None,
+                        include_loops: bool = True) -> int:
         """Done prompts that hit their token limit (those under `below_max_tokens` only,
-        when given: what requeue_truncated would re-run). Partial-index backed."""
+        when given; without loops, when not `include_loops`: what requeue_truncated would
+        re-run). Partial-index backed."""
         sql = ("SELECT count(*) FROM prompts INDEXED BY prompts_truncated "
                "WHERE status = 'done' AND finish_reason = 'length'")
+        if not include_loops:
+            sql += " AND coalesce(loop, 0) = 0"
         if below_max_tokens is None:
             return int(self._read(sql)[0][0])
         return int(self._read(sql + " AND max_tokens < ?", (below_max_tokens,))[0][0])
+
+    def truncated_split(self) -> tuple[int, int]:
+        """(long, looping): done prompts cut off at their limit, merely long or looping."""
+        row = self._read("SELECT count(*), coalesce(sum(loop = 1), 0) FROM prompts "
+                         "INDEXED BY prompts_truncated "
+                         "WHERE status = 'done' AND finish_reason = 'length'")[0]
+        return int(row[0]) - int(row[1]), int(row[1])
+
+    def pending_floors(self) -> dict[int, int]:
+        """{max_tokens: count} of pending prompts already cut off once at that limit
+        (requeued truncated): each is known to run past it. For the ETA."""
+        return {int(m): int(n) for m, n in self._read(
+            "SELECT max_tokens, count(*) FROM prompts INDEXED BY prompts_status "
+            "WHERE status = 'pending' AND finish_reason = 'length' GROUP BY max_tokens")}
 
     def unsharded_done(self) -> int:
         """Done results not yet in a shard (the next shard fills up from these)."""

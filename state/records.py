@@ -52,6 +52,7 @@ class Done:
     server: str
     started_at: float
     finished_at: float
+    loop: bool = False           # truncated, and its tail repeats itself
 
 
 @dataclass(frozen=True)
@@ -136,6 +137,7 @@ class ShardLine:
     server: str | None
     attempts: int
     finished_at: float | None
+    loop: bool | None = None     # None: recorded before loops were checked
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import sqlite3
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 _V1 = [
     """
@@ -179,8 +179,28 @@ _V2 = [
     """,
 ]
 
+# Degenerate loops: a truncated answer whose tail repeats itself (loop_detector.py).
+_V3 = [
+    # 1: truncated and looping; 0: checked, not a loop; NULL: recorded before this version.
+    "ALTER TABLE prompts ADD COLUMN loop INTEGER",
+    "DROP VIEW audit_truncation",
+    # Truncation by the max tokens each result was generated under, split into answers that
+    # were merely long (worth a re-run at a higher limit) and degenerate loops (not).
+    """
+    CREATE VIEW audit_truncation AS
+    SELECT max_tokens, count(*) AS done,
+           sum(finish_reason = 'length') AS truncated,
+           round(100.0 * sum(finish_reason = 'length') / count(*), 1) AS truncated_pct,
+           sum(finish_reason = 'length' AND coalesce(loop, 0) = 0) AS long,
+           sum(finish_reason = 'length' AND loop = 1) AS looping,
+           round(avg(completion_tokens)) AS avg_completion_tokens
+    FROM prompts WHERE status = 'done'
+    GROUP BY max_tokens ORDER BY max_tokens
+    """,
+]
+
 # version -> statements that bring the DB from version-1 to version.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2}
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3}
 
 
 class SchemaError(RuntimeError):

@@ -67,10 +67,11 @@ def adopt_shard(store: Store, shard: UploadedShard, lines: Sequence[ShardLine]) 
                 "UPDATE prompts SET status = 'done', content = ?, reasoning_content = ?, "
                 "finish_reason = ?, prompt_tokens = ?, completion_tokens = ?, "
                 "reasoning_tokens = ?, max_tokens = ?, model = ?, server = ?, attempts = ?, "
-                "finished_at = ?, error = NULL, shard_id = ? WHERE id = ?",
+                "finished_at = ?, loop = ?, error = NULL, shard_id = ? WHERE id = ?",
                 (c.content, c.reasoning_content, c.finish_reason, c.prompt_tokens,
                  c.completion_tokens, c.reasoning_tokens, line.max_tokens, line.model,
-                 line.server, line.attempts, line.finished_at, shard.seq, line.id))
+                 line.server, line.attempts, line.finished_at,
+                 None if line.loop is None else int(line.loop), shard.seq, line.id))
         for status, n in moved.items():
             Store._move(conn, status, "done", n)
         conn.execute(

@@ -15,7 +15,7 @@ _SHARD_COLUMNS = ("id, key, status, records, bytes, sha256, md5, etag, checksum,
 
 _LINE_COLUMNS = ("id, messages, content, reasoning_content, finish_reason, prompt_tokens, "
                  "completion_tokens, reasoning_tokens, max_tokens, model, server, attempts, "
-                 "finished_at")
+                 "finished_at, loop")
 
 
 class ShardsTable(StoreConnection):
@@ -76,7 +76,8 @@ class ShardsTable(StoreConnection):
         status: a prompt being regenerated keeps its previous line until the new one lands."""
         rows = self._read(f"SELECT {_LINE_COLUMNS} FROM prompts WHERE shard_id = ? "
                           "ORDER BY id", (shard_id,))
-        return [ShardLine(r[0], json.loads(r[1]), Completion(*r[2:8]), *r[8:]) for r in rows]
+        return [ShardLine(r[0], json.loads(r[1]), Completion(*r[2:8]), *r[8:13],
+                          loop=None if r[13] is None else bool(r[13])) for r in rows]
 
     def mark_shard_written(self, shard_id: int, records: int, bytes: int, sha256: str,
                            md5: str, now: float, version: int | None = None) -> bool:

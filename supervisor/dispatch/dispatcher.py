@@ -72,7 +72,7 @@ class Dispatcher:
         self.started_at = clock()
         self.rates = CompletionRateWindow(q.metrics_window_s, self.started_at)
         self.lengths = LengthWindow()
-        self.eta = LengthEta(clock=clock)
+        self.eta = LengthEta(busy_window_s=q.metrics_window_s, clock=clock)
         self._progress: dict[str, ServerProgress] = {}
         self._serving: dict[int, _Serving] = {}
         self._paused: dict[str, str] = {}
@@ -205,13 +205,14 @@ class Dispatcher:
                                {"from": old, "to": value}, actor, self.clock())
         return old
 
-    async def requeue_truncated(self, actor: str) -> int:
+    async def requeue_truncated(self, actor: str, include_loops: bool = False) -> int:
         """Re-run every prompt that ended with finish_reason length under a lower limit than
-        the current one; its new result replaces its line in its shard."""
-        count = await self.astore.call(Store.requeue_truncated, self.max_tokens)
+        the current one; its new result replaces its line in its shard. Degenerate loops
+        are left alone unless `include_loops`: they would loop again, at the new limit."""
+        count = await self.astore.call(Store.requeue_truncated, self.max_tokens, include_loops)
         await self.astore.call(Store.add_event, "requeue_truncated", "generation",
-                               {"count": count, "below_max_tokens": self.max_tokens}, actor,
-                               self.clock())
+                               {"count": count, "below_max_tokens": self.max_tokens,
+                                "include_loops": include_loops}, actor, self.clock())
         self.poke()
         return count
 
@@ -345,6 +346,7 @@ class Dispatcher:
     def _outcome(self, prompt: ClaimedPrompt, answer: Answer, server: str, max_tokens: int,
                  started: float, finished: float) -> Outcome:
         p = self.progress(server)
+        loop = False
         if isinstance(answer, Completion):
             self.eta.finished(prompt.id, answer.completion_tokens,
                               answer.finish_reason == "length", finished)
@@ -359,7 +361,7 @@ class Dispatcher:
             p.last_error = answer.error
         return outcome_of(prompt, answer, server=server, model=self.config.job.model,
                           max_tokens=max_tokens, max_attempts=self.config.dispatch.max_attempts,
-                          started=started, finished=finished)
+                          started=started, finished=finished, loop=loop)
 
     def _paused_on_bad_output(self, reason: str, problems: tuple[str, ...]) -> None:
         self._event("paused", "quality", {"reason": reason, "problems": list(problems)},

@@ -66,9 +66,17 @@ class _Running:
 
 class LengthEta:
     def __init__(self, *, bin_tokens: int = 16, rate_samples: int = 512,
+                 busy_window_s: float = 60.0,
                  clock: Callable[[], float] = time.time) -> None:
         self.bin_tokens = bin_tokens
+        self.busy_window_s = busy_window_s
         self.clock = clock
+        # Requests in flight, integrated over time: the slots kept busy on average over the
+        # window, so a moment's dip (a slow claim, a burst of retries) is not taken for the
+        # rate of the rest of the job.
+        self._busy_area = 0.0
+        self._busy_at: float | None = None
+        self._busy_marks: deque[tuple[float, float]] = deque()
         self._events: list[int] = []      # finished by themselves, per length bin
         self._censored: list[int] = []    # cut off (finish_reason length), per bin
         self._running: dict[Hashable, _Running] = {}
@@ -76,17 +84,28 @@ class LengthEta:
 
     # -- what the dispatcher reports ----------------------------------------------------------
 
+    def _tick(self, now: float) -> None:
+        if self._busy_at is not None and now > self._busy_at:
+            self._busy_area += len(self._running) * (now - self._busy_at)
+        if self._busy_at is None or now > self._busy_at:
+            self._busy_at = now
+
     def started(self, key: Hashable, max_tokens: int, now: float | None = None) -> None:
-        self._running[key] = _Running(self.clock() if now is None else now, max_tokens)
+        now = self.clock() if now is None else now
+        self._tick(now)
+        self._running[key] = _Running(now, max_tokens)
 
     def dropped(self, key: Hashable) -> None:
         """The request ended without an answer (retry, requeue): no length learnt."""
-        self._running.pop(key, None)
+        if key in self._running:
+            self._tick(self.clock())
+            del self._running[key]
 
     def finished(self, key: Hashable, completion_tokens: int, truncated: bool,
                  now: float | None = None) -> None:
-        run = self._running.pop(key, None)
         now = self.clock() if now is None else now
+        self._tick(now)
+        run = self._running.pop(key, None)
         self._add(self._censored if truncated else self._events, completion_tokens)
         if run is not None and now > run.started and completion_tokens > 0:
             self._rates.append((completion_tokens, now - run.started))
@@ -96,6 +115,18 @@ class LengthEta:
         if b >= len(bins):
             bins.extend([0] * (b + 1 - len(bins)))
         bins[b] += 1
+
+    def busy_slots(self, now: float) -> float:
+        """Requests in flight, averaged over the last busy_window_s."""
+        self._tick(now)
+        marks = self._busy_marks
+        marks.append((now, self._busy_area))
+        while len(marks) > 2 and marks[1][0] <= now - self.busy_window_s:
+            marks.popleft()
+        t0, a0 = marks[0]
+        if now - t0 < 1.0:
+            return float(len(self._running))
+        return (self._busy_area - a0) / (now - t0)
 
     @property
     def running(self) -> int:
@@ -165,7 +196,7 @@ class LengthEta:
         m = curve.moments(max_tokens, POINT)
         # Fresh prompts: the mean is uncertain (shared by all) and each length varies.
         sd_tokens = math.sqrt(fresh * fresh * m.mean_variance + fresh * m.spread_variance)
-        slots = len(running)
+        slots = self.busy_slots(now) if running else 0.0
         to_start = fresh + sum(floors.values())
         # Output tok/s with every slot busy: each answer costs its tokens plus the overhead.
         tok_s = slots * per_req * m.mean / (m.mean + overhead * per_req) if m.mean > 0 else 0.0

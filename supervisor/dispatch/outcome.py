@@ -15,10 +15,11 @@ log = logging.getLogger("supervisor.dispatch")
 
 
 def outcome_of(prompt: ClaimedPrompt, answer: Answer, *, server: str, model: str,
-               max_tokens: int, max_attempts: int, started: float, finished: float) -> Outcome:
+               max_tokens: int, max_attempts: int, started: float, finished: float,
+               loop: bool = False) -> Outcome:
     if isinstance(answer, Completion):
         return Done(id=prompt.id, completion=answer, max_tokens=max_tokens, model=model,
-                    server=server, started_at=started, finished_at=finished)
+                    server=server, started_at=started, finished_at=finished, loop=loop)
     if isinstance(answer, Permanent):
         log.warning("%s: prompt %s failed: %s", server, prompt.id, answer.error)
         return Failed(prompt.id, answer.error)

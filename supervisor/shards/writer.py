@@ -12,7 +12,8 @@ the same name; a leftover `.tmp` is removed. A regenerated prompt sends its shar
 
 The line format (keys in this order, compact JSON, "\n" after each line, lines by prompt id):
   id, messages (the prompt + {"role": "assistant", "content", "reasoning_content"}),
-  finish_reason, usage {prompt_tokens, completion_tokens, reasoning_tokens, total_tokens},
+  finish_reason, loop (true: truncated and repeating itself; null: recorded before loops
+  were checked), usage {prompt_tokens, completion_tokens, reasoning_tokens, total_tokens},
   max_tokens, model, server, attempt, time (finished_at, float unix seconds)
 """
 
@@ -45,6 +46,7 @@ def line_object(line: ShardLine) -> dict[str, Any]:
         "messages": [*line.messages, {"role": "assistant", "content": c.content,
                                       "reasoning_content": c.reasoning_content}],
         "finish_reason": c.finish_reason,
+        "loop": line.loop,
         "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                   "reasoning_tokens": c.reasoning_tokens or 0,
                   "total_tokens": prompt_tokens + completion_tokens},

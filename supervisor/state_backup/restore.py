@@ -133,7 +133,7 @@ def _line(raw: bytes) -> ShardLine:
                             obj["finish_reason"], usage["prompt_tokens"],
                             usage["completion_tokens"], usage["reasoning_tokens"])
     return ShardLine(obj["id"], prompt, completion, obj["max_tokens"], obj["model"],
-                     obj["server"], obj["attempt"], obj["time"])
+                     obj["server"], obj["attempt"], obj["time"], loop=obj.get("loop"))
 
 
 def adopt_uploaded(store: Store, reader: OutputReader, partition: Partition | None) -> list[str]:

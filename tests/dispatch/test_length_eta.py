@@ -118,3 +118,19 @@ def test_a_fixed_cost_per_request_is_not_taken_for_slow_decoding():
         actual = end - t
         assert abs(est.eta_s - actual) / actual < 0.10, (mark, est.eta_s, actual)
         assert abs(est.decode_tok_per_s - RATE) / RATE < 0.01
+
+
+def test_a_moment_with_fewer_requests_in_flight_is_averaged_out():
+    now = [0.0]
+    eta = LengthEta(busy_window_s=30.0, clock=lambda: now[0])
+    for i in range(10):
+        eta.started(i, 4096, now=0.0)
+    for t in range(0, 30):
+        now[0] = float(t)
+        assert eta.busy_slots(now[0]) == 10.0
+    for i in range(5):                     # half the slots empty for one second
+        eta.dropped(i)
+    now[0] = 31.0
+    assert 9.5 < eta.busy_slots(31.0) < 10.0
+    now[0] = 70.0                          # ...and for good: the average follows
+    assert eta.busy_slots(70.0) == 5.0

@@ -11,13 +11,13 @@ def rows(n: int, prefix: str = "p") -> list[ImportRow]:
 
 
 def done(pid: str, t: float, *, finish: str = "stop", max_tokens: int = 100,
-         content: str | None = None) -> Done:
+         content: str | None = None, loop: bool = False) -> Done:
     return Done(id=pid, completion=Completion(
                     content=content if content is not None else f"answer to {pid}",
                     reasoning_content=f"thinking about {pid}", finish_reason=finish,
                     prompt_tokens=10, completion_tokens=20, reasoning_tokens=5),
                 max_tokens=max_tokens, model="m", server="gpu0", started_at=t - 1.0,
-                finished_at=t)
+                finished_at=t, loop=loop)
 
 
 def key_for(seq: int) -> str:

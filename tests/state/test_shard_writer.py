@@ -23,7 +23,7 @@ def test_line_format_and_order(tmp_path):
         store.import_batch(rows(3))
         ids = [c.id for c in store.claim(3, "gpu0", 1.0)]
         store.record([Done(ids[2], Completion("Ünïcode answer", None, "length", 7, 9, 0), 9, "m",
-                           "gpu1", 1.5, 2.25)])
+                           "gpu1", 1.5, 2.25, loop=True)])
         store.record([done(ids[0], 3.0), done(ids[1], 2.0)])
         assert ShardWriter(store, tmp_path / "out", 10, key_for).sync(flush=True) == [1]
     text = (tmp_path / "out" / "shard-000001.jsonl").read_text(encoding="utf-8")
@@ -31,13 +31,15 @@ def test_line_format_and_order(tmp_path):
     assert lines[-1] == "" and len(lines) == 4                  # "\n" after every line
     objs = [json.loads(l) for l in lines[:-1]]
     assert [o["id"] for o in objs] == ["p0000", "p0001", "p0002"]   # by id, not finish order
-    assert list(objs[2]) == ["id", "messages", "finish_reason", "usage", "max_tokens", "model",
-                             "server", "attempt", "time"]
+    assert list(objs[2]) == ["id", "messages", "finish_reason", "loop", "usage", "max_tokens",
+                             "model", "server", "attempt", "time"]
+    assert [o["loop"] for o in objs] == [False, False, True]
     assert objs[2] == {
         "id": "p0002",
         "messages": [{"role": "user", "content": "question 2"},
                      {"role": "assistant", "content": "Ünïcode answer", "reasoning_content": None}],
         "finish_reason": "length",
+        "loop": True,
         "usage": {"prompt_tokens": 7, "completion_tokens": 9, "reasoning_tokens": 0,
                   "total_tokens": 16},
         "max_tokens": 9, "model": "m", "server": "gpu1", "attempt": 1, "time": 2.25}
