@@ -1,4 +1,5 @@
-"""`dflash-tui [--socket PATH] [--readonly]`: the operator's live view of a running daemon.
+"""`dflash-tui [--socket PATH] [--readonly]`: the operator's live view of a running daemon
+(`--socket` once per node: the fleet screen of a many-node job, `tui/fleet_app.py`).
 
 `make_app(daemon)` builds the app around any client with the `Daemon` operations (the real
 control-socket client in use, a fake with fixed data in tests). The app owns the feed from
@@ -86,12 +87,18 @@ def make_app(daemon: Daemon, *, readonly: bool = False,
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="dflash-tui", description="Watch and steer a running dflash-supervisor daemon.")
-    parser.add_argument("--socket", default=None,
-                        help=f"the daemon's control socket (default: {default_socket_path()})")
+    parser.add_argument("--socket", action="append",
+                        help=f"the daemon's control socket (default: {default_socket_path()}); "
+                             "once per node for a many-node job's fleet screen")
     parser.add_argument("--readonly", action="store_true",
                         help="watch only: hide and disable every action key")
     args = parser.parse_args(argv)
-    make_app(connect(args.socket), readonly=args.readonly).run()
+    sockets = args.socket or [None]
+    if len(sockets) > 1:
+        from tui.fleet_app import make_fleet_app
+        make_fleet_app([connect(s) for s in sockets], readonly=args.readonly).run()
+        return 0
+    make_app(connect(sockets[0]), readonly=args.readonly).run()
     return 0
 
 

@@ -54,7 +54,11 @@ def _fail(exc: Exception) -> int:
 # -- status -----------------------------------------------------------------------------------
 
 def status_main(args: argparse.Namespace) -> int:
-    path = socket_for(args.socket, args.state)
+    sockets = args.socket or []
+    if len(sockets) > 1:
+        from supervisor.control.fleet_status import fleet_status_main
+        return fleet_status_main(args)
+    path = socket_for(sockets[0] if sockets else None, args.state)
     with ControlClient(path, timeout_s=5.0) as client:
         if args.watch is None:
             return _status_once(client, path, args)
@@ -102,8 +106,10 @@ def _offline(args: argparse.Namespace, why: str) -> int:
 
 def add_status_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--state", help="the job's SQLite file (read when no daemon answers)")
-    p.add_argument("--socket", help="the daemon's control socket (default: beside --state's "
-                                    "DB, $DFLASH_SOCKET, or /run/dflash-supervisor/control.sock)")
+    p.add_argument("--socket", action="append",
+                   help="the daemon's control socket (default: beside --state's DB, "
+                        "$DFLASH_SOCKET, or /run/dflash-supervisor/control.sock); give it once "
+                        "per node for a many-node job's fleet table")
     p.add_argument("--json", action="store_true", help="the status contract as JSON")
     p.add_argument("--watch", nargs="?", type=float, const=2.0, default=None, metavar="S",
                    help="refresh every S seconds (default 2) until Ctrl-C")

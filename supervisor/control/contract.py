@@ -290,6 +290,7 @@ class Status(Record):
     throughput: tuple[ThroughputPoint, ...] = ()   # recent history, oldest first (sparkline)
     recent_events: tuple[Event, ...] = ()          # oldest first
     energy: Energy | None = None
+    partition: str | None = None   # "I/N" for a node of a many-node job (job.partition)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Status:

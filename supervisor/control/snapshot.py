@@ -128,4 +128,5 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
         gpus=_gpus(js.gpu, servers), uploads=_uploads(js.uploads),
         output_lengths=c.Histogram(edges=edges, counts=counts, samples=samples,
                                    max_tokens=d.max_tokens),
-        throughput=throughput, recent_events=events)
+        throughput=throughput, recent_events=events,
+        partition=str(config.job.partition) if config.job.partition is not None else None)

@@ -1,0 +1,80 @@
+"""The fleet screen (`dflash-tui --socket A --socket B ...`) from fixed contract data: a row
+per node with what to see about it, the job's total with the slowest node's ETA, Enter into
+a node's own screen (its keys act on that node only) and Escape back."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from textual.widgets import Input
+
+from supervisor.control.contract import Status
+from supervisor.control.fleet_totals import FleetTotals, NodeRow
+from tests.tui import contract_data as data
+from tests.tui.fake_daemon import FakeDaemon
+from tests.tui.test_keys import until_called
+from tests.tui.test_snapshots import STILL, WIDE, settled
+from tui.fleet_app import make_fleet_app
+from tui.screens.fleet_screen import FleetScreen
+from tui.screens.main_screen import MainScreen
+from tui.widgets.servers.server_table import ServerTable
+
+
+def node(status: Status, part: str, done: int, eta: float) -> Status:
+    total = 300_000
+    return replace(status, partition=part,
+                   job=replace(status.job, total=total, done=done, pending=total - done - 500),
+                   eta=replace(status.eta, seconds=eta))
+
+
+def three_nodes() -> list[FakeDaemon]:
+    return [FakeDaemon(node(data.healthy(), "0/3", 120_000, 40_000.0), socket="/tmp/n0.sock"),
+            FakeDaemon(node(data.paused_by_quality(), "1/3", 90_000, 61_000.0),
+                       socket="/tmp/n1.sock"),
+            FakeDaemon(None, socket="/tmp/n2.sock", down="connection refused")]
+
+
+def test_fleet_screen_three_nodes(snap_compare) -> None:
+    """Three nodes: one running, one paused by the quality gate, one unreachable; the job line
+    says the ETA is unknown because a node does not answer."""
+    app = make_fleet_app(three_nodes(), timing=STILL)   # type: ignore[arg-type]
+    assert snap_compare(app, terminal_size=WIDE, run_before=settled)
+
+
+async def test_enter_opens_the_node_and_its_keys_act_on_it_alone() -> None:
+    daemons = three_nodes()
+    app = make_fleet_app(daemons, timing=STILL)   # type: ignore[arg-type]
+    async with app.run_test(size=WIDE) as pilot:
+        await settled(pilot)
+        assert isinstance(app.screen, FleetScreen)
+        await pilot.press("enter")
+        await settled(pilot)
+        assert isinstance(app.screen, MainScreen) and app.screen.daemon is daemons[0]
+        assert len(app.screen.query_one(ServerTable).rows) == 8
+        await pilot.press("p")
+        app.screen.query_one("#reason", Input).value = "maintenance"
+        await pilot.press("enter")
+        assert (await until_called(pilot, daemons[0], "pause"))[1] == "maintenance"
+        assert not [c for c, _ in daemons[1].calls if c != "status"]
+        await pilot.press("escape")
+        await settled(pilot)
+        assert isinstance(app.screen, FleetScreen)
+        await pilot.press("down", "enter")
+        await settled(pilot)
+        assert isinstance(app.screen, MainScreen) and app.screen.daemon is daemons[1]
+        assert app.status is not None and app.status.partition == "1/3"
+        assert any("PAUSED (quality)" in a.text for a in app.screen.alerts)
+
+
+def test_job_eta_is_the_slowest_node_and_unknown_while_one_is_silent() -> None:
+    a = node(data.healthy(), "0/2", 10, 100.0)
+    b = node(data.healthy(), "1/2", 10, 250.0)
+    totals = FleetTotals.of([NodeRow("a", a), NodeRow("b", b)])
+    assert (totals.eta_s, totals.eta_note) == (250.0, "partition 1/2 is the slowest")
+    assert totals.done == 20 and totals.total == 600_000 and totals.partitions == "2 of 2 partitions"
+    silent = FleetTotals.of([NodeRow("a", a), NodeRow("b", None, "refused")])
+    assert silent.eta_s is None and "b does not answer" in silent.eta_note
+    mixed = FleetTotals.of([NodeRow("a", a), NodeRow("c", node(data.healthy(), "1/3", 1, 1.0))])
+    assert mixed.partitions.startswith("MIXED")
+    done = replace(a, job=replace(a.job, pending=0, in_flight=0))
+    assert FleetTotals.of([NodeRow("a", done)]).eta_s == 0.0

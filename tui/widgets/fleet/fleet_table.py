@@ -1,0 +1,80 @@
+"""One row per node of a many-node job: its partition, progress, rate, ETA, servers, upload
+backlog and the one thing to see about it. Enter on a row asks for that node's own screen
+(`FleetTable.NodeSelected`); the app decides what that means."""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.binding import Binding
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widgets import DataTable
+
+from supervisor.control.fleet_totals import NodeRow
+from tui.formatting import duration, one_line
+
+COLUMNS = (("node", "node"), ("part", "part"), ("done", "done"), ("pct", "%"),
+           ("req_s", "req/s"), ("eta", "ETA"), ("servers", "servers"), ("backlog", "backlog"),
+           ("state", "state"))
+
+
+def state_cell(row: NodeRow) -> Text:
+    text = row.state_text()
+    if row.status is None or text.startswith(("UPLOADS STOPPED", "FAILED")):
+        style = "bold white on red"
+    elif text.startswith("PAUSED"):
+        style = "bold black on yellow"
+    else:
+        style = "green" if text in ("running", "finished") else "yellow"
+    return Text(one_line(text, 70), style=style)
+
+
+def row_cells(row: NodeRow) -> tuple[str | Text, ...]:
+    s = row.status
+    if s is None:
+        return (row.socket, "?", "—", "—", "—", "—", "—", "—", state_cell(row))
+    ready, servers = row.servers_ready
+    pct = f"{100 * s.job.done / s.job.total:.1f}" if s.job.total else "—"
+    eta = "—" if row.remaining == 0 else duration(s.eta.seconds) + (
+        "?" if s.eta.warming_up else "")
+    backlog = str(s.uploads.backlog_shards) if s.uploads is not None else "—"
+    return (row.socket, row.partition, f"{s.job.done:,}/{s.job.total:,}", pct,
+            f"{s.rates.req_per_s:.1f}", eta, f"{ready}/{servers}", backlog, state_cell(row))
+
+
+class FleetTable(DataTable[str | Text]):
+    BINDINGS = [Binding("enter", "open_node", "open node", tooltip="this node's own screen")]
+
+    nodes: reactive[tuple[NodeRow, ...]] = reactive(())
+
+    class NodeSelected(Message):
+        def __init__(self, index: int) -> None:
+            super().__init__()
+            self.index = index
+
+    def on_mount(self) -> None:
+        self._keys: set[str] = set()
+        self.cursor_type = "row"
+        for key, heading in COLUMNS:
+            self.add_column(heading, key=key)
+
+    def watch_nodes(self, nodes: tuple[NodeRow, ...]) -> None:
+        # Rows are keyed by position (the order of --socket), which never changes: cells are
+        # updated in place so the cursor stays on the node the operator is looking at.
+        for i, node in enumerate(nodes):
+            cells = row_cells(node)
+            key = str(i)
+            if key in self._keys:
+                for (col, _), value in zip(COLUMNS, cells):
+                    self.update_cell(key, col, value)
+            else:
+                self.add_row(*cells, key=key)
+                self._keys.add(key)
+
+    def action_open_node(self) -> None:
+        if self.row_count:
+            self.post_message(self.NodeSelected(self.cursor_row))
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        self.post_message(self.NodeSelected(event.cursor_row))
