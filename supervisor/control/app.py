@@ -115,9 +115,12 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> Starlette:
         async def lines() -> AsyncIterator[str]:
             try:
                 seen = upto
-                if since is not None and since < upto:
-                    replayed = await hub.replay(since, upto)
+                if since is not None:
+                    # Up to the DB's newest, not the hub's: what was recorded a moment ago
+                    # may not have been polled yet. Live copies of these are skipped below.
+                    replayed = await hub.replay(since, None)
                     if replayed:
+                        seen = max(seen, replayed[-1].id)
                         yield "".join(c.stream_line(e) for e in replayed)
                 yield c.stream_line(await hub.status())
                 while True:

@@ -117,15 +117,16 @@ class Hub:
         """An action changed something: the next status is built fresh."""
         self._cached = None
 
-    async def replay(self, since: int, upto: int) -> list[c.Event]:
-        """Events with since < id <= upto from the DB, oldest first (bounded)."""
+    async def replay(self, since: int, upto: int | None = None) -> list[c.Event]:
+        """Events with an id above `since` (and at most `upto`) from the DB, oldest first;
+        at most REPLAY_LIMIT of them (a reader further behind asks again from the last)."""
         out: list[c.Event] = []
         after = since
-        while after < upto and len(out) < REPLAY_LIMIT:
+        while (upto is None or after < upto) and len(out) < REPLAY_LIMIT:
             page = await self._store(Store.events_after, after, REPLAY_PAGE)
             assert isinstance(page, list)
             for e in page:
-                if e.id > upto:
+                if upto is not None and e.id > upto:
                     return out
                 out.append(event_of(e))
             if len(page) < REPLAY_PAGE:

@@ -157,10 +157,20 @@ def test_retune_one_server_then_reset_it_when_failed(d: daemon.Daemon) -> None:
             f.name for f in s.servers[0].flags}
         assert s.servers[0].restarts == 0
         assert "--sim-fault" in s.servers[1].argv
+        # The start right after FAILED is the operator's (gpu1 crashes again later, and
+        # the supervisor's own restarts follow).
+        failed_at = d.query("SELECT max(id) FROM events WHERE kind = 'server_state' AND "
+                            "subject = 'gpu1' AND json_extract(detail, '$.to') = 'FAILED'")[0][0]
         reset = client.reset("gpu1")
         assert reset == c.ResetResult("gpu1", c.ServerState.FAILED)
+    deadline = time.monotonic() + 10
+    while not d.query("SELECT 1 FROM events WHERE kind = 'server_state' AND subject = 'gpu1' "
+                      "AND json_extract(detail, '$.to') = 'STARTING' AND id > ?", failed_at):
+        assert time.monotonic() < deadline, "no start after the reset"
+        time.sleep(0.05)
     starts = d.query("SELECT actor FROM events WHERE kind = 'server_state' AND subject = 'gpu1' "
-                     "AND json_extract(detail, '$.to') = 'STARTING' ORDER BY id DESC LIMIT 1")
+                     "AND json_extract(detail, '$.to') = 'STARTING' AND id > ? ORDER BY id "
+                     "LIMIT 1", failed_at)
     assert starts[0][0].endswith(f"pid {os.getpid()})")
     assert_audited(d, "retune")
     assert_audited(d, "reset")
