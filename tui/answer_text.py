@@ -25,7 +25,8 @@ def pause(r: PauseResult) -> str:
 
 
 def resume(r: ResumeResult) -> str:
-    text = f"resumed (was: {r.was})" if r.resumed else "there was no operator pause to lift"
+    lifted = "; ".join(f"{p.source}: {p.reason}" for p in r.lifted)
+    text = f"resumed (lifted {lifted})" if r.lifted else "nothing an operator can lift"
     if r.paused:
         text += "; still paused by " + ", ".join(f"{p.source}: {p.reason}" for p in r.paused)
     return text

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from supervisor.control.contract import Flag, FlagValue
+from supervisor.control.contract import Flag, FlagScalar, FlagValue
 
 
 class FlagSyntaxError(ValueError):
@@ -12,9 +12,16 @@ class FlagSyntaxError(ValueError):
 
 
 def parse_value(text: str) -> FlagValue | None:
-    """`64` → 64, `0.85` → 0.85, `true` → a bare switch, empty → remove the flag, else text."""
+    """`64` → 64, `0.85` → 0.85, `true` → a bare switch, empty → remove the flag,
+    `'1 2 4 8'` → a repeated value (--cuda-graph-bs 1 2 4 8), else text."""
     if text == "":
         return None
+    if len(text.split()) > 1:
+        return tuple(_scalar(word) for word in text.split())
+    return _scalar(text)
+
+
+def _scalar(text: str) -> FlagScalar:
     low = text.lower()
     if low == "true":
         return True
@@ -56,6 +63,8 @@ def show_value(value: FlagValue | None) -> str:
         return "(removed)"
     if value is True:
         return "(switch)"
+    if isinstance(value, tuple):
+        return " ".join(show_value(v) for v in value)
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 

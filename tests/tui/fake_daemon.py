@@ -81,10 +81,12 @@ class FakeDaemon:
 
     async def resume(self) -> ResumeResult:
         self._call("resume")
-        was = self._s.paused_by("operator")
-        rest = tuple(p for p in self._s.paused if p.source != "operator")
+        # As the daemon does: the operator's and the quality gate's pauses lift, a disk
+        # pause stays until there is room again.
+        lifted = tuple(p for p in self._s.paused if p.source in ("operator", "quality"))
+        rest = tuple(p for p in self._s.paused if p not in lifted)
         self.status_now = replace(self._s, paused=rest)
-        return ResumeResult(resumed=was is not None, was=was, paused=rest)
+        return ResumeResult(lifted=lifted, paused=rest)
 
     async def restart(self, server: str | None = None) -> RestartResult:
         self._call("restart", server)

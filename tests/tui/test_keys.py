@@ -139,6 +139,8 @@ async def test_pause_then_resume_with_one_key() -> None:
         assert isinstance(app.screen, ConfirmDialog) and "checking shard 42" in app.screen.question
         await pilot.press("y")
         await until_called(pilot, d, "resume")
+        await pilot.pause(0.05)
+        assert "resumed (lifted operator: checking shard 42)" in notices(app)
 
 
 async def test_retune_parses_flags_for_all_or_one() -> None:

@@ -43,13 +43,13 @@ def test_flags_parse_as_typed_in_the_dialog() -> None:
                        "reasoning-parser=qwen3 cuda-graph-max-bs=") == {
         "max-running-requests": 48, "mem-fraction-static": 0.85, "enable-metrics": True,
         "disable-radix-cache": False, "reasoning-parser": "qwen3", "cuda-graph-max-bs": None}
-    assert parse_flags("chat-template='a b'") == {"chat-template": "a b"}
+    assert parse_flags("cuda-graph-bs='1 2 4 8'") == {"cuda-graph-bs": (1, 2, 4, 8)}
     for bad, why in [("", "no flags"), ("x", "expected name=value"), ("=3", "expected"),
                      ("a=1 a=2", "given twice"), ("a='unclosed", "cannot split")]:
         with pytest.raises(FlagSyntaxError, match=why):
             parse_flags(bad)
-    assert [show_value(v) for v in (None, True, False, 64, 0.93)] == \
-        ["(removed)", "(switch)", "false", "64", "0.93"]
+    assert [show_value(v) for v in (None, True, False, 64, 0.93, (1, 2, 4))] == \
+        ["(removed)", "(switch)", "false", "64", "0.93", "1 2 4"]
 
 
 def ev(kind: str, subject: str, detail: dict, **kw: object) -> Event:

@@ -34,7 +34,8 @@ class RetuneDialog(ModalScreen[RetuneChoice | None]):
             box.border_title = f"Retune flags ({self.server.name} runs with)"
             with VerticalScroll(id="current-flags"):
                 yield Static(show_flags(self.server.flags), markup=False)
-            yield Static("Changes, as name=value (an empty value removes a flag):",
+            yield Static("Changes, as name=value (an empty value removes a flag; quote a "
+                         "repeated value: cuda-graph-bs='1 2 4 8'):",
                          classes="dialog-text")
             yield Input(placeholder="max-running-requests=48 mem-fraction-static=0.85",
                         id="flags")
