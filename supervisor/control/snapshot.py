@@ -100,7 +100,8 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                  histogram: tuple[tuple[int, ...], tuple[int, ...], int],
                  flags: FlagSource | None = None,
                  throughput: tuple[c.ThroughputPoint, ...] = (),
-                 events: tuple[c.Event, ...] = ()) -> c.Status:
+                 events: tuple[c.Event, ...] = (),
+                 requeueable_truncated: int | None = None) -> c.Status:
     d = js.dispatch
     r, q = d.rates, d.quality
     servers: tuple[ServerSnapshot, ...] = tuple(js.servers)
@@ -111,7 +112,8 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
         daemon_pid=os.getpid(), model=config.job.model, max_tokens=d.max_tokens,
         context_length=context_length(config),
         job=c.JobCounts(total=js.total, done=js.done, pending=js.pending,
-                        in_flight=js.in_flight, failed=js.failed),
+                        in_flight=js.in_flight, failed=js.failed,
+                        requeueable_truncated=requeueable_truncated),
         rates=c.Rates(req_per_s=r.req_per_s, tok_per_s=r.tok_per_s,
                       avg_output_tokens=r.avg_output_tokens, completions=r.completions,
                       window_s=config.quality.metrics_window_s, span_s=r.span_s,
