@@ -172,7 +172,7 @@ class PromptsTable(StoreConnection):
         """{max_tokens: count} of pending prompts already cut off once at that limit
         (requeued truncated): each is known to run past it. For the ETA."""
         return {int(m): int(n) for m, n in self._read(
-            "SELECT max_tokens, count(*) FROM prompts INDEXED BY prompts_status "
+            "SELECT max_tokens, count(*) FROM prompts INDEXED BY prompts_requeued "
             "WHERE status = 'pending' AND finish_reason = 'length' GROUP BY max_tokens")}
 
     def unsharded_done(self) -> int:

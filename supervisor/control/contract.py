@@ -101,6 +101,8 @@ class Eta(Record):
     low_s: float | None = None
     high_s: float | None = None
     interval: float | None = None   # the interval's coverage, 0..1
+    reason: str | None = None       # what is not known yet, while warming up
+    windowed_s: float | None = None  # the windowed req/s ETA, for comparison
 
 
 @dataclass(frozen=True)
@@ -124,6 +126,8 @@ class Quality(Record):
     # Truncated answers whose tail repeats itself (a degenerate loop), where detected.
     loop_rate: float | None = None
     looping_total: int | None = None
+    # Truncated and not looping: merely long, worth a re-run at a higher limit.
+    long_rate: float | None = None
 
 
 @dataclass(frozen=True)

@@ -88,6 +88,28 @@ class _StatusCollector(Collector):
         yield from gauge("dflash_bad_output_ratio", "Bad share of recent completions",
                          s.quality.bad_rate)
         yield from gauge("dflash_eta_seconds", "Estimated seconds to finish", s.eta.seconds)
+        yield from gauge("dflash_eta_low_seconds", "Low end of the ETA's interval", s.eta.low_s)
+        yield from gauge("dflash_eta_high_seconds", "High end of the ETA's interval",
+                         s.eta.high_s)
+        yield from gauge("dflash_eta_warming_up", "1 while the ETA is still warming up",
+                         1 if s.eta.warming_up else 0)
+        yield from gauge("dflash_truncation_loop_ratio", "Share of recent completions "
+                         "truncated while looping (degenerate repetition)", s.quality.loop_rate)
+        yield from gauge("dflash_truncation_long_ratio", "Share of recent completions "
+                         "truncated without looping", s.quality.long_rate)
+        if s.energy is not None:
+            yield from gauge("dflash_energy_kwh", "Energy the job's GPUs used so far",
+                             s.energy.kwh_so_far)
+            yield from gauge("dflash_energy_projected_kwh", "Energy the whole job is projected "
+                             "to use", s.energy.kwh_projected)
+            yield from gauge("dflash_energy_joules_per_token", "GPU joules per output token "
+                             "over the metrics window", s.energy.joules_per_token)
+        per_joule = GaugeMetricFamily("dflash_server_tokens_per_joule", "Output tokens per "
+                                      "joule over the metrics window", labels=["server"])
+        for srv in s.servers:
+            if srv.tokens_per_joule is not None:
+                per_joule.add_metric([srv.name], srv.tokens_per_joule)
+        yield per_joule
         paused = GaugeMetricFamily("dflash_paused", "1 while dispatch is paused for this "
                                    "reason", labels=["source"])
         for p in s.paused:
@@ -114,6 +136,12 @@ class _StatusCollector(Collector):
                 if value is not None:
                     family.add_metric([str(g.index), g.server or ""], value)
             yield family
+        energy = CounterMetricFamily("dflash_gpu_energy_joules", "The driver's total-energy "
+                                     "counter (since it loaded)", labels=["gpu", "server"])
+        for g in s.gpus.gpus:
+            if g.energy_j is not None:
+                energy.add_metric([str(g.index), g.server or ""], g.energy_j)
+        yield energy
         if s.uploads is not None:
             yield from gauge("dflash_upload_backlog_shards", "Shards waiting to be uploaded",
                              s.uploads.backlog_shards)

@@ -10,8 +10,9 @@ from typing import Any, Protocol
 from state.records import Event as StoreEvent
 from supervisor.config import JobConfig
 from supervisor.control import contract as c
+from supervisor.gpu.energy import POWER, UNAVAILABLE, EnergySnapshot
 from supervisor.gpu.snapshot import GpuTelemetry
-from supervisor.job_status import JobStatus
+from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerSnapshot
 from supervisor.uploads.upload_status import UploadStatus
 
@@ -48,7 +49,7 @@ def event_of(e: StoreEvent) -> c.Event:
 
 
 def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
-            flags: FlagSource | None) -> c.ServerStatus:
+            flags: FlagSource | None, energy: EnergySnapshot | None = None) -> c.ServerStatus:
     r = rates.get(s.name)
     ready = s.state is c.ServerState.READY
     try:
@@ -62,7 +63,9 @@ def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
         max_running=s.max_running, req_per_s=r.req_per_s if r else 0.0,
         tok_per_s=r.tok_per_s if r else 0.0, restarts=s.restarts,
         failures_in_window=s.failures_in_window, last_exit_reason=s.last_exit_reason,
-        flags=server_flags, argv=tuple(s.argv))
+        flags=server_flags, argv=tuple(s.argv),
+        tokens_per_joule=next((e.tokens_per_joule for e in (energy.servers if energy else ())
+                               if e.server == s.name), None))
 
 
 def _gpus(t: GpuTelemetry | None, servers: Iterable[ServerSnapshot]) -> c.Gpus:
@@ -76,7 +79,34 @@ def _gpus(t: GpuTelemetry | None, servers: Iterable[ServerSnapshot]) -> c.Gpus:
             index=g.index, name=g.name, server=owner.get(g.index), power_w=g.power_w,
             power_limit_w=g.power_limit_w, utilization_pct=g.utilization_pct,
             memory_used_bytes=g.memory_used_bytes, memory_total_bytes=g.memory_total_bytes,
-            temperature_c=g.temperature_c, errors=tuple(g.errors)) for g in t.gpus))
+            temperature_c=g.temperature_c, errors=tuple(g.errors), energy_j=g.energy_j)
+            for g in t.gpus))
+
+
+def _eta(js: JobStatus) -> c.Eta:
+    e = js.length_eta
+    windowed = js.windowed_eta_s
+    if e is None or e.eta_s is None or not js.remaining:
+        return c.Eta(seconds=js.eta_s, warming_up=js.eta_warming_up,
+                     reason=e.reason if e is not None and js.remaining else None,
+                     windowed_s=windowed)
+    return c.Eta(seconds=e.eta_s, warming_up=e.warming_up,
+                 basis="output tokens (Kaplan-Meier lengths)", low_s=e.low_s, high_s=e.high_s,
+                 interval=0.8, reason=e.reason, windowed_s=windowed)
+
+
+def _energy(e: EnergySnapshot | None) -> c.Energy | None:
+    if e is None:
+        return None
+    if not e.available:
+        return c.Energy(source=f"unavailable: {e.reason}")
+    sources = sorted({g.source for g in e.gpus if g.source != UNAVAILABLE})
+    missing = sum(g.source == UNAVAILABLE for g in e.gpus)
+    source = " + ".join("power x time" if s == POWER else s for s in sources)
+    if missing:
+        source += f" ({missing} GPU{'s' if missing > 1 else ''} unavailable)"
+    return c.Energy(joules_per_token=e.joules_per_token, kwh_so_far=e.kwh,
+                    kwh_projected=e.projected_kwh, source=source)
 
 
 def _uploads(u: UploadStatus | None) -> c.Uploads | None:
@@ -106,7 +136,6 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
     r, q = d.rates, d.quality
     servers: tuple[ServerSnapshot, ...] = tuple(js.servers)
     edges, counts, samples = histogram
-    remaining = js.pending + js.in_flight
     return c.Status(
         schema_version=c.SCHEMA_VERSION, time=js.time, started_at=started_at,
         daemon_pid=os.getpid(), model=config.job.model, max_tokens=d.max_tokens,
@@ -118,17 +147,18 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                       avg_output_tokens=r.avg_output_tokens, completions=r.completions,
                       window_s=config.quality.metrics_window_s, span_s=r.span_s,
                       warming_up=r.warming_up),
-        eta=c.Eta(seconds=js.eta_s, warming_up=r.warming_up and remaining > 0),
+        eta=_eta(js),
         quality=c.Quality(
             window=config.quality.window, samples=q.samples, bad_rate=q.bad_rate,
             truncation_rate=q.truncation_rate,
             problems=tuple(c.ProblemCount(k, v) for k, v in sorted(q.problems.items())),
             checked_total=q.checked_total, bad_total=q.bad_total,
-            truncated_total=q.truncated_total, tripped=q.tripped),
+            truncated_total=q.truncated_total, tripped=q.tripped, loop_rate=q.loop_rate,
+            looping_total=q.loop_total, long_rate=q.long_rate),
         paused=tuple(c.PauseReason(k, v) for k, v in d.paused.items()),
-        servers=tuple(_server(s, js.time, d.per_server, flags) for s in servers),
+        servers=tuple(_server(s, js.time, d.per_server, flags, js.energy) for s in servers),
         gpus=_gpus(js.gpu, servers), uploads=_uploads(js.uploads),
         output_lengths=c.Histogram(edges=edges, counts=counts, samples=samples,
                                    max_tokens=d.max_tokens),
-        throughput=throughput, recent_events=events,
+        throughput=throughput, recent_events=events, energy=_energy(js.energy),
         partition=str(config.job.partition) if config.job.partition is not None else None)

@@ -27,6 +27,7 @@ from supervisor.control.contract import Status
 from supervisor.control.socket_file import BoundSocket
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.job.end_policy import end_reason
+from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.status import JobStatus
 from supervisor.job.status_builder import StatusBuilder
 from supervisor.job.store_setup import JobError, open_job_store
@@ -146,6 +147,7 @@ class Job:
         spool.mkdir(parents=True, exist_ok=True)
         dispatcher = self.dispatcher = status.dispatcher = Dispatcher(astore, cfg)
         self.gpu = status.gpu = self._gpu_sampler()
+        status.energy = await EnergyLedger.open(astore, cfg)
         self._setup_uploads(astore, spool)
         status.uploader, status.disk_guard = self.uploader, self.disk_guard
         shards = ShardLoop(ShardWriter(astore.store, spool, cfg.job.shard_size,
@@ -187,6 +189,7 @@ class Job:
         if final.finished and self.uploader is not None:
             await self._drain_uploads()
         final = await status.build()
+        await status.energy.save()
         await astore.call(Store.add_event, "job_stopped", "job",
                           {"reason": self._reason, "done": final.done, "failed": final.failed,
                            "pending": final.pending}, "supervisor", time.time())

@@ -25,14 +25,31 @@ class JobStatus:
     gpu: Any = None                        # GpuTelemetry
     uploads: Any = None                    # UploadStatus, when uploading
     disk_paused: str | None = None
+    length_eta: Any = None                 # EtaEstimate (the length-aware ETA)
+    energy: Any = None                     # EnergySnapshot
 
     @property
     def remaining(self) -> int:
         return self.pending + self.in_flight
 
     @property
-    def eta_s(self) -> float | None:
+    def windowed_eta_s(self) -> float | None:
         return eta_seconds(self.remaining, self.dispatch.rates.req_per_s)
+
+    @property
+    def eta_s(self) -> float | None:
+        """The length-aware ETA once it has one; the windowed req/s one before."""
+        if self.length_eta is not None and self.length_eta.eta_s is not None:
+            return self.length_eta.eta_s if self.remaining else 0.0
+        return self.windowed_eta_s
+
+    @property
+    def eta_warming_up(self) -> bool:
+        if not self.remaining:
+            return False
+        if self.length_eta is not None and self.length_eta.eta_s is not None:
+            return self.length_eta.warming_up
+        return self.dispatch.rates.warming_up
 
     @property
     def finished(self) -> bool:
@@ -62,19 +79,31 @@ def progress_line(s: JobStatus) -> str:
     q = s.dispatch.quality
     pct = 100.0 * s.done / s.total if s.total else 0.0
     ready = sum(1 for srv in s.servers if str(getattr(srv, "state", "")) == "READY")
-    eta = format_duration(s.eta_s) + (" (warming up)" if r.warming_up and s.remaining else "")
+    eta = format_duration(s.eta_s)
+    e = s.length_eta
+    if s.remaining and e is not None and e.low_s is not None and e.high_s is not None:
+        eta += f" [{format_duration(e.low_s)}-{format_duration(e.high_s)}]"
+    eta += " (warming up)" if s.eta_warming_up else ""
+    trunc = f"trunc {100 * q.truncation_rate:.1f}%"
+    if q.loop_rate:
+        trunc += f" (long {100 * q.long_rate:.1f}%, loop {100 * q.loop_rate:.1f}%)"
     parts = [
         f"{s.done}/{s.total} ({pct:.0f}%)",
         f"{r.req_per_s:.1f} req/s",
         f"{_si(r.tok_per_s)} tok/s",
         f"avg {r.avg_output_tokens:.0f} tok",
-        f"trunc {100 * q.truncation_rate:.1f}%",
+        trunc,
         f"bad {100 * q.bad_rate:.1f}%",
         f"ETA {eta}",
         f"servers {ready}/{len(s.servers)} ready",
     ]
     if s.failed:
         parts.append(f"failed {s.failed}")
+    if s.energy is not None and s.energy.available:
+        energy = f"{s.energy.kwh:.2f} kWh"
+        if s.energy.joules_per_token is not None:
+            energy += f" ({s.energy.joules_per_token:.2f} J/tok)"
+        parts.append(energy)
     if s.uploads is not None:
         backlog = getattr(s.uploads, "backlog_shards", None)
         # A local output's "backlog" is only the shard being checked: not worth a column.

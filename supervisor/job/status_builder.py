@@ -11,6 +11,7 @@ from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.control.contract import Status
+from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.status import JobStatus
 
 
@@ -24,20 +25,36 @@ class StatusBuilder:
         self.gpu: Any = None
         self.uploader: Any = None
         self.disk_guard: Any = None
+        self.energy: EnergyLedger | None = None
         self.last: JobStatus | None = None
 
     async def build(self) -> JobStatus:
         counts = await self.astore.call(Store.counts)
+        floors = await self.astore.call(Store.pending_floors)
         assert self.dispatcher is not None
+        d = self.dispatcher
         now = time.time()
+        snap = d.snapshot()
+        servers = tuple(self.fleet.snapshot()) if self.fleet is not None else ()
+        gpu = self.gpu.latest if self.gpu is not None else None
+        # Prompts not yet on the wire: pending, plus claimed ones waiting in a buffer.
+        waiting = max(0, counts.pending + counts.in_flight - d.eta.running)
+        eta = d.eta.estimate(waiting, d.max_tokens, now, pending_floors=floors)
+        energy = None
+        if self.energy is not None:
+            r = snap.rates
+            energy = await self.energy.update(
+                gpu, window_tokens=r.tok_per_s * r.span_s,
+                server_tokens={n: p.tok_per_s * p.span_s for n, p in snap.per_server.items()},
+                server_gpus={s.name: tuple(s.gpus) for s in servers},
+                remaining_tokens=eta.remaining_tokens, now=now)
         status = JobStatus(
             time=now, elapsed_s=now - self.started_at, total=counts.total, done=counts.done,
             pending=counts.pending, in_flight=counts.in_flight, failed=counts.failed,
-            dispatch=self.dispatcher.snapshot(),
-            servers=tuple(self.fleet.snapshot()) if self.fleet is not None else (),
-            gpu=self.gpu.latest if self.gpu is not None else None,
+            dispatch=snap, servers=servers, gpu=gpu,
             uploads=self.uploader.status() if self.uploader is not None else None,
-            disk_paused=self.disk_guard.paused_reason() if self.disk_guard is not None else None)
+            disk_paused=self.disk_guard.paused_reason() if self.disk_guard is not None else None,
+            length_eta=eta, energy=energy)
         self.last = status
         return status
 

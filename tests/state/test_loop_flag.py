@@ -7,7 +7,7 @@ from __future__ import annotations
 import sqlite3
 
 from state.records import StatusCounts
-from state.schema import SCHEMA_VERSION, migrate
+from state.schema import migrate
 from state.store import Store
 
 from .helpers import done, key_for, rows
@@ -54,7 +54,7 @@ def test_loop_goes_into_the_shard_line_and_the_audit_view(tmp_path):
 def test_rows_from_before_the_loop_column_read_as_unknown(tmp_path):
     path = tmp_path / "old.db"
     con = sqlite3.connect(path, isolation_level=None)
-    migrate(con, target=SCHEMA_VERSION - 1)
+    migrate(con, target=2)                            # the last version without `loop`
     con.execute("INSERT INTO prompts (id, messages, status, finish_reason, max_tokens, "
                 "content, completion_tokens, shard_id) "
                 "VALUES ('old', '[]', 'done', 'length', 100, 'x', 100, NULL)")
