@@ -99,10 +99,13 @@ class Actions:
         await self.audit("max-tokens", caller, req, result)
         return result
 
-    async def requeue_truncated(self, caller: c.Caller | None) -> c.RequeueResult:
-        count = await self.dispatcher.requeue_truncated(actor_of(caller))
-        result = c.RequeueResult("truncated", count, self.dispatcher.max_tokens)
-        await self.audit("requeue-truncated", caller, {}, result)
+    async def requeue_truncated(self, req: c.RequeueTruncatedRequest,
+                                caller: c.Caller | None) -> c.RequeueResult:
+        count = await self.dispatcher.requeue_truncated(actor_of(caller), req.include_loops)
+        # Requeued prompts are pending now: what is still truncated below the limit is loops.
+        left = await self.astore.call(Store.truncated_count, self.dispatcher.max_tokens)
+        result = c.RequeueResult("truncated", count, self.dispatcher.max_tokens, left)
+        await self.audit("requeue-truncated", caller, req, result)
         return result
 
     async def requeue_failed(self, req: c.RequeueFailedRequest,

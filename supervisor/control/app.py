@@ -153,8 +153,8 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> Starlette:
         return _json(await actions.max_tokens(req, _caller(request)))
 
     async def requeue_truncated(request: Request) -> Response:
-        await _body(request, _Empty)
-        return _json(await actions.requeue_truncated(_caller(request)))
+        req = await _body(request, c.RequeueTruncatedRequest)
+        return _json(await actions.requeue_truncated(req, _caller(request)))
 
     async def requeue_failed(request: Request) -> Response:
         req = await _body(request, c.RequeueFailedRequest)

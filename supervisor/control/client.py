@@ -23,6 +23,7 @@ from supervisor.control.codec import ContractError, to_plain
 from supervisor.control.contract import (Event, FlagSetting, FlagValue, LogTail,
                                          MaxTokensRequest, MaxTokensResult, PauseRequest,
                                          PauseResult, RequeueFailedRequest, RequeueResult,
+                                         RequeueTruncatedRequest,
                                          ResetResult, RestartRequest, RestartResult,
                                          ResumeResult, RetuneRequest, RetuneResult, Status,
                                          StreamItem, parse_stream_line)
@@ -106,8 +107,9 @@ class _Calls:
                      MaxTokensRequest(value, requeue_truncated))
 
     @staticmethod
-    def requeue_truncated() -> _Call:
-        return _Call("POST", "/v1/requeue-truncated", RequeueResult, {})
+    def requeue_truncated(include_loops: bool = False) -> _Call:
+        return _Call("POST", "/v1/requeue-truncated", RequeueResult,
+                     RequeueTruncatedRequest(include_loops))
 
     @staticmethod
     def requeue_failed(reason_like: str | None) -> _Call:
@@ -252,8 +254,8 @@ class ControlClient:
     def set_max_tokens(self, value: int, *, requeue_truncated: bool = False) -> MaxTokensResult:
         return self._do(_Calls.max_tokens(value, requeue_truncated))
 
-    def requeue_truncated(self) -> RequeueResult:
-        return self._do(_Calls.requeue_truncated())
+    def requeue_truncated(self, *, include_loops: bool = False) -> RequeueResult:
+        return self._do(_Calls.requeue_truncated(include_loops))
 
     def requeue_failed(self, reason_like: str | None = None) -> RequeueResult:
         return self._do(_Calls.requeue_failed(reason_like))
@@ -333,8 +335,8 @@ class AsyncControlClient:
                              requeue_truncated: bool = False) -> MaxTokensResult:
         return await self._do(_Calls.max_tokens(value, requeue_truncated))
 
-    async def requeue_truncated(self) -> RequeueResult:
-        return await self._do(_Calls.requeue_truncated())
+    async def requeue_truncated(self, *, include_loops: bool = False) -> RequeueResult:
+        return await self._do(_Calls.requeue_truncated(include_loops))
 
     async def requeue_failed(self, reason_like: str | None = None) -> RequeueResult:
         return await self._do(_Calls.requeue_failed(reason_like))

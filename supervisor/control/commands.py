@@ -150,7 +150,10 @@ def ctl_parser() -> argparse.ArgumentParser:
     a.add_argument("value", type=int)
     a.add_argument("--requeue-truncated", action="store_true",
                    help="also re-run the prompts truncated under a lower limit")
-    sub.add_parser("requeue-truncated", help="re-run prompts truncated below max tokens")
+    a = sub.add_parser("requeue-truncated", help="re-run prompts truncated below max tokens "
+                       "(degenerate loops stay unless --include-loops)")
+    a.add_argument("--include-loops", action="store_true",
+                   help="also re-run the truncated answers that were looping")
     a = sub.add_parser("requeue-failed", help="re-run failed prompts")
     a.add_argument("--reason-like", help="only failures whose error contains this text")
     a = sub.add_parser("pause", help="stop dispatching (in-flight requests finish)")
@@ -183,7 +186,7 @@ def ctl_main(argv: Sequence[str]) -> int:
     calls: dict[str, Callable[[ControlClient], Any]] = {
         "max-tokens": lambda cl: cl.set_max_tokens(
             args.value, requeue_truncated=args.requeue_truncated),
-        "requeue-truncated": lambda cl: cl.requeue_truncated(),
+        "requeue-truncated": lambda cl: cl.requeue_truncated(include_loops=args.include_loops),
         "requeue-failed": lambda cl: cl.requeue_failed(args.reason_like),
         "pause": lambda cl: cl.pause(" ".join(args.reason)),
         "resume": lambda cl: cl.resume(),

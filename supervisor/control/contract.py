@@ -16,7 +16,7 @@ Paths on the socket (all JSON; errors are `ErrorBody` with a 4xx status):
     GET  /v1/events[?since=ID]            -> NDJSON lines: StreamItem (see below)
     GET  /v1/servers/{name}/log?lines=N   -> LogTail
     POST /v1/max-tokens                   MaxTokensRequest      -> MaxTokensResult
-    POST /v1/requeue-truncated            {}                    -> RequeueResult
+    POST /v1/requeue-truncated            RequeueTruncatedRequest -> RequeueResult
     POST /v1/requeue-failed               RequeueFailedRequest  -> RequeueResult
     POST /v1/pause                        PauseRequest          -> PauseResult
     POST /v1/resume                       {}                    -> ResumeResult
@@ -373,6 +373,13 @@ class MaxTokensResult(Record):
 
 
 @dataclass(frozen=True)
+class RequeueTruncatedRequest(Record):
+    # Degenerate loops (truncated answers repeating themselves) stay unless asked: they
+    # would loop again at the new limit, at its cost.
+    include_loops: bool = False
+
+
+@dataclass(frozen=True)
 class RequeueFailedRequest(Record):
     reason_like: str | None = None   # only failures whose error contains this text
 
@@ -382,6 +389,7 @@ class RequeueResult(Record):
     what: str                    # "truncated" or "failed"
     count: int                   # prompts back to pending
     below_max_tokens: int | None = None   # truncated under a limit lower than this
+    loops_left: int | None = None  # truncated degenerate loops left alone (truncated only)
 
 
 @dataclass(frozen=True)

@@ -111,7 +111,9 @@ def result_text(record: object) -> str:
         more = f", {record.requeued} truncated prompts requeued" if record.requeued is not None else ""
         return f"max tokens {record.old} -> {record.new}{more}"
     if isinstance(record, c.RequeueResult):
-        return f"{record.count} {record.what} prompts back to pending"
+        left = (f"; {record.loops_left} looping ones left (--include-loops re-runs them)"
+                if record.loops_left else "")
+        return f"{record.count} {record.what} prompts back to pending{left}"
     if isinstance(record, c.PauseResult):
         return ("paused: " if record.changed else "already paused: ") + record.reason
     if isinstance(record, c.ResumeResult):

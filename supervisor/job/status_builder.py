@@ -68,7 +68,7 @@ class StatusBuilder:
         d = self.dispatcher
         # What "requeue truncated" would re-run now (a partial-index count): the TUI's
         # confirmation says how many.
-        requeueable = await self.astore.call(Store.truncated_count, d.max_tokens)
+        requeueable = await self.astore.call(Store.truncated_count, d.max_tokens, False)
         return build_status(js, config, started_at=self.started_at,
                             histogram=d.lengths.histogram(d.max_tokens), flags=self.fleet,
                             throughput=throughput, events=events,

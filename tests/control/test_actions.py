@@ -74,7 +74,19 @@ def test_requeue_truncated_counts_what_it_requeued(d: daemon.Daemon) -> None:
         result = client.requeue_truncated()
     assert result.what == "truncated" and result.below_max_tokens == 300
     assert truncated <= result.count <= truncated + 20   # + those finishing meanwhile
-    assert assert_audited(d, "requeue-truncated")["result"]["count"] == result.count
+    audited = assert_audited(d, "requeue-truncated")
+    assert audited["result"]["count"] == result.count
+    assert audited["request"] == {"include_loops": False} and result.loops_left is not None
+
+
+def test_requeue_truncated_with_loops_says_so_in_the_event(d: daemon.Daemon) -> None:
+    with d.client() as client:
+        result = client.requeue_truncated(include_loops=True)
+    assert result.loops_left == 0                  # nothing truncated is left behind
+    assert assert_audited(d, "requeue-truncated")["request"] == {"include_loops": True}
+    [(detail,)] = d.query("SELECT detail FROM events WHERE kind = 'requeue_truncated' "
+                          "ORDER BY id DESC LIMIT 1")
+    assert json.loads(detail)["include_loops"] is True
 
 
 def test_pause_stops_dispatch_and_resume_restarts_it(d: daemon.Daemon) -> None:
