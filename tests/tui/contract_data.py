@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from supervisor.control.contract import (SCHEMA_VERSION, Caller, Eta, Event, Flag, GpuStatus,
-                                         Gpus, Histogram, JobCounts, PauseReason, ProblemCount,
+from supervisor.control.contract import (SCHEMA_VERSION, Caller, Energy, Eta, Event, Flag,
+                                         GpuStatus, Gpus, Histogram, JobCounts, PauseReason, ProblemCount,
                                          Quality, Rates, ServerState, ServerStatus, Status,
                                          ThroughputPoint, Uploads)
 
@@ -129,3 +129,16 @@ def uploads_stopped() -> Status:
         s.uploads, backlog_shards=14, backlog_bytes=163_800_000, consecutive_failures=3,
         stopped="bucket dflash-data does not exist (NoSuchBucket)",
         last_error="NoSuchBucket: The specified bucket does not exist"))
+
+
+def with_insight() -> Status:
+    """The length-aware ETA's interval, a loop share and the job's energy."""
+    s = healthy()
+    servers = tuple(replace(x, tokens_per_joule=2.6 + 0.1 * i) for i, x in enumerate(s.servers))
+    return replace(
+        s, servers=servers,
+        eta=replace(s.eta, basis="output tokens (Kaplan-Meier lengths)", low_s=74_100.0,
+                    high_s=81_300.0, interval=0.8, windowed_s=69_800.0),
+        quality=replace(s.quality, loop_rate=0.055, looping_total=9_114, long_rate=0.12),
+        energy=Energy(joules_per_token=0.37, kwh_so_far=412.6, kwh_projected=2_170.0,
+                      source="counter"))

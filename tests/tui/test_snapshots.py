@@ -42,6 +42,12 @@ def test_main_screen_healthy_80x24(snap_compare) -> None:
     assert snap_compare(app_with(), terminal_size=NARROW, run_before=settled)
 
 
+def test_eta_interval_loops_and_energy(snap_compare) -> None:
+    """The ETA with its 80% interval, the loop share beside truncation, kWh so far/projected,
+    J per token, and tokens per joule in each server's power cell."""
+    assert snap_compare(app_with(data.with_insight), terminal_size=WIDE, run_before=settled)
+
+
 def test_paused_by_quality_gate(snap_compare) -> None:
     """A banner says dispatch is paused by the quality gate and why; p offers resume."""
     assert snap_compare(app_with(data.paused_by_quality), terminal_size=WIDE,

@@ -1,4 +1,6 @@
-"""The job at a glance: a progress bar with done/total and the ETA, then the windowed rates."""
+"""The job at a glance: a progress bar with done/total and the ETA (with its 80% interval
+where the estimator gives one), then the windowed rates, truncation split into long and
+looping, and the energy the job has used."""
 
 from __future__ import annotations
 
@@ -28,6 +30,8 @@ class JobProgress(Widget):
             tail.append("done", style="bold green")
         else:
             tail.append(duration(s.eta.seconds), style="bold")
+            if s.eta.low_s is not None and s.eta.high_s is not None:
+                tail.append(f" ({duration(s.eta.low_s)}–{duration(s.eta.high_s)})", style="dim")
             if s.eta.warming_up:
                 tail.append(" (warming up)", style="yellow")
         width = max(10, self.size.width - tail.cell_len - 2)
@@ -49,10 +53,34 @@ class JobProgress(Widget):
             figure(count(round(r.avg_output_tokens)), "avg", label_first=True),
             figure(percent(q.truncation_rate), "trunc", label_first=True,
                    style="bold yellow" if q.truncation_rate > 0.1 else None),
+            *self._loop_cells(s),
             figure(percent(q.bad_rate), "bad", label_first=True,
                    style="bold red" if q.bad_rate > 0.05 else None),
             figure(f"{s.job.failed:,}", "failed", label_first=True,
                    style="bold red" if s.job.failed else None),
             figure(f"{s.max_tokens:,}", "max tokens", label_first=True),
+            *self._energy_cells(s),
         ]
         return flow(cells, self.size.width)
+
+    @staticmethod
+    def _loop_cells(s: Status) -> list[Text]:
+        q = s.quality
+        if not q.loop_rate:
+            return []
+        # Loops are the truncation a higher max tokens does not fix.
+        return [figure(percent(q.loop_rate), "loop", label_first=True,
+                       style="bold yellow" if q.loop_rate > 0.02 else None)]
+
+    @staticmethod
+    def _energy_cells(s: Status) -> list[Text]:
+        e = s.energy
+        if e is None or e.kwh_so_far is None:
+            return []
+        so_far = f"{e.kwh_so_far:,.1f}"
+        if e.kwh_projected is not None:
+            so_far += f"/{e.kwh_projected:,.0f}"
+        cells = [figure(so_far, "kWh")]
+        if e.joules_per_token is not None:
+            cells.append(figure(f"{e.joules_per_token:.2f}", "J/tok"))
+        return cells

@@ -54,6 +54,8 @@ def gpu_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> tuple[str, st
 
 def row_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> dict[str, Text | str]:
     power, util, mem = gpu_cells(server, gpus)
+    if server.tokens_per_joule is not None and power != "n/a":
+        power = f"{power} {server.tokens_per_joule:.1f}t/J"
     exit_reason = one_line(server.last_exit_reason or "", 60) or "—"
     return {
         "server": server.name,
