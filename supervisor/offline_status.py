@@ -10,6 +10,10 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from state.store import Store
 
 
 def main(state: str, events: int = 10) -> int:
@@ -25,6 +29,13 @@ def main(state: str, events: int = 10) -> int:
         pct = 100.0 * c.done / c.total if c.total else 0.0
         print(f"prompts  {c.total}: {c.done} done ({pct:.1f}%), {c.pending} pending, "
               f"{c.in_flight} in flight, {c.failed} failed")
+        long, looping = store.truncated_split()
+        if long or looping:
+            print(f"truncated {long + looping}: {long} long, {looping} looping "
+                  "(requeue truncated leaves the looping ones)")
+        joules = _joules(store)
+        if joules:
+            print(f"energy   {joules / 3.6e6:.2f} kWh on the job's GPUs so far")
         shards, nbytes = store.upload_backlog()
         up_shards, up_bytes = store.uploaded_totals()
         print(f"shards   {up_shards} uploaded ({up_bytes / 1e6:.1f} MB), "
@@ -42,6 +53,15 @@ def main(state: str, events: int = 10) -> int:
     return 0
 
 
+def _joules(store: Store) -> float:
+    """What the daemon carried in the DB (settings energy_joules); 0 when none."""
+    from supervisor.job.energy_ledger import SETTING
+    try:
+        return float(store.get_setting(SETTING) or 0.0)
+    except ValueError:
+        return 0.0
+
+
 def summary_json(state: str) -> dict[str, object] | None:
     """The DB's figures for `status --json` when no daemon answers; None if there is no DB."""
     from state.store import Store
@@ -57,6 +77,8 @@ def summary_json(state: str) -> dict[str, object] | None:
         return {"job": {"total": c.total, "done": c.done, "pending": c.pending,
                         "in_flight": c.in_flight, "failed": c.failed},
                 "uploads": {"uploaded_shards": up_shards, "uploaded_bytes": up_bytes,
-                            "backlog_shards": shards, "backlog_bytes": nbytes}}
+                            "backlog_shards": shards, "backlog_bytes": nbytes},
+                "truncated": dict(zip(("long", "looping"), store.truncated_split())),
+                "energy_kwh": _joules(store) / 3.6e6}
     finally:
         store.close()

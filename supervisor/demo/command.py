@@ -40,6 +40,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--instant", action="store_true", help="servers answer at once (benchmarks)")
     p.add_argument("--empty-rate", type=float, default=0.0,
                    help="share of empty completions the servers return (trips the quality gate)")
+    p.add_argument("--loop-share", type=float, default=0.25,
+                   help="share of the long answers that loop forever (flagged, not requeued)")
     p.add_argument("--fault", choices=("none", "crash", "oom", "hang", "stall"), default="none",
                    help="make every server fail this way after --fault-after-s")
     p.add_argument("--fault-after-s", type=float, default=10.0)
@@ -68,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sim_flags["sim-instant"] = True
     if args.empty_rate:
         sim_flags["sim-empty-rate"] = args.empty_rate
+    if args.loop_share:
+        sim_flags["sim-loop-share"] = args.loop_share
     if args.fault != "none":
         sim_flags["sim-fault"] = args.fault
         sim_flags["sim-fault-after-s"] = args.fault_after_s * args.time_scale
@@ -120,7 +124,7 @@ def _summary(result: Any, cfg: JobConfig, wall_s: float) -> None:
     print(f"demo {result.reason} in {wall_s:.0f} s: {s.done}/{s.total} done, {s.failed} failed, "
           f"{s.remaining} left")
     print(f"      this run: {q.checked_total} completions checked, {q.truncated_total} truncated "
-          f"at max_tokens, {q.bad_total} bad")
+          f"at max_tokens ({q.loop_total} of them looping), {q.bad_total} bad")
     restarts = sum(srv.restarts for srv in s.servers)
     if restarts:
         print(f"      servers restarted {restarts} times: " + ", ".join(
