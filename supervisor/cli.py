@@ -33,8 +33,14 @@ def cmd_run(args: argparse.Namespace) -> int:
     import anyio
 
     from supervisor.config import load_config
-    from supervisor.job import Job, JobError
-    from supervisor.state_backup.node_state import BackupUnreachable
+    try:
+        from supervisor.job import Job, JobError
+        from supervisor.state_backup.node_state import BackupUnreachable
+    except ImportError as exc:
+        # A broken install (boto3, NVML bindings...) stops the start: never run a job that
+        # cannot upload or watch its GPUs and call it finished.
+        print(f"dflash-supervisor: broken installation: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
 
     _setup_logging(args.verbose)
     try:

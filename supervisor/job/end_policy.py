@@ -5,6 +5,7 @@ or every server has FAILED. SIGTERM/SIGINT end it from outside (supervisor/job/m
 from __future__ import annotations
 
 from supervisor.job.status import JobStatus
+from supervisor.servers.server_state import ServerState
 
 
 def end_reason(status: JobStatus, exit_when_paused: bool) -> str | None:
@@ -17,7 +18,7 @@ def end_reason(status: JobStatus, exit_when_paused: bool) -> str | None:
     snap = status.dispatch
     if snap.paused and snap.in_flight == 0:
         return "paused: " + "; ".join(snap.paused.values())
-    if status.servers and all(str(s.state) == "FAILED" for s in status.servers):
+    if status.servers and all(s.state is ServerState.FAILED for s in status.servers):
         return "every server FAILED: " + "; ".join(
             f"{s.name}: {s.state_reason}" for s in status.servers)
     return None

@@ -15,7 +15,6 @@ import os
 import signal
 import time
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Callable
 
 import anyio
@@ -23,9 +22,10 @@ import anyio
 from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import JobConfig
-from supervisor.control.contract import Status
+from supervisor.control.contract import Event, Status, ThroughputPoint
 from supervisor.control.socket_file import BoundSocket
 from supervisor.dispatch.dispatcher import Dispatcher
+from supervisor.gpu import GpuSampler, GpuSource, NvmlSource
 from supervisor.job.end_policy import end_reason
 from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.status import JobStatus
@@ -35,7 +35,9 @@ from supervisor.job.systemd_report import SystemdReport
 from supervisor.notify import Notifier
 from supervisor.servers.fleet import Fleet, FleetOptions
 from supervisor.shards import ShardLoop, ShardWriter, shard_key_for, spool_dir
-from supervisor.shards.loop import uploader_poke
+from supervisor.uploads.disk_guard import DiskGuard
+from supervisor.uploads.uploader import Uploader
+from supervisor.uploads.wiring import build_uploads
 
 log = logging.getLogger("supervisor.job")
 
@@ -54,7 +56,7 @@ class Job:
     def __init__(self, config: JobConfig, *, fleet_options: FleetOptions | None = None,
                  exit_when_paused: bool = False,
                  on_status: Callable[[JobStatus], None] | None = None,
-                 status_interval_s: float = 1.0, gpu_source: Any = None,
+                 status_interval_s: float = 1.0, gpu_source: GpuSource | None = None,
                  handle_signals: bool = True) -> None:
         self.config = config
         self.fleet_options = fleet_options
@@ -67,9 +69,9 @@ class Job:
         self.systemd = SystemdReport(self.notifier)
         self.dispatcher: Dispatcher | None = None
         self.fleet: Fleet | None = None
-        self.gpu: Any = None
-        self.uploader: Any = None
-        self.disk_guard: Any = None
+        self.gpu: GpuSampler | None = None
+        self.uploader: Uploader | None = None
+        self.disk_guard: DiskGuard | None = None
         self._started = time.time()
         self._reason = "stopped"
         self._status: StatusBuilder | None = None
@@ -112,8 +114,7 @@ class Job:
         except socket_file.SocketFileError as exc:
             raise JobError(str(exc)) from None
 
-    def _gpu_sampler(self) -> Any:
-        from supervisor.gpu import GpuSampler, NvmlSource
+    def _gpu_sampler(self) -> GpuSampler:
         return GpuSampler(self.gpu_source if self.gpu_source is not None else NvmlSource())
 
     @property
@@ -146,17 +147,22 @@ class Job:
         spool = spool_dir(cfg)
         spool.mkdir(parents=True, exist_ok=True)
         dispatcher = self.dispatcher = status.dispatcher = Dispatcher(astore, cfg)
-        self.gpu = status.gpu = self._gpu_sampler()
+        gpu = self.gpu = status.gpu = self._gpu_sampler()
         status.energy = await EnergyLedger.open(astore, cfg)
-        self._setup_uploads(astore, spool)
-        status.uploader, status.disk_guard = self.uploader, self.disk_guard
+        # A broken uploads install fails the start here; it must never run an S3 job that
+        # uploads nothing and still reports "finished".
+        try:
+            uploader, disk_guard = build_uploads(cfg, astore, spool)
+        except ImportError as exc:
+            raise JobError(f"broken installation: {exc}") from None
+        self.uploader = status.uploader = uploader
+        self.disk_guard = status.disk_guard = disk_guard
         shards = ShardLoop(ShardWriter(astore.store, spool, cfg.job.shard_size,
                                        shard_key_for(cfg.job.partition)),
-                           on_written=uploader_poke(self.uploader))
+                           on_written=uploader.poke)
         backup = self.node_state.runner(dispatcher) if self.node_state is not None else None
-        if getattr(self.disk_guard, "check", None) is not None:
-            # A first verdict before any server is up: never start dispatching onto a full disk.
-            await anyio.to_thread.run_sync(self.disk_guard.check)
+        # A first verdict before any server is up: never start dispatching onto a full disk.
+        await anyio.to_thread.run_sync(disk_guard.check)
         async with dispatcher.running():
             fleet = self.fleet = status.fleet = Fleet(cfg, astore, dispatcher, self.fleet_options)
             await astore.call(Store.add_event, "job_started", "job",
@@ -167,15 +173,13 @@ class Job:
                 control = ControlServer(self, astore, bound, cfg.control.interval_s,
                                         self._control_status)
                 tg.start_soon(control.run, name="control socket")
-                tg.start_soon(self.gpu.run, name="gpu telemetry")
+                tg.start_soon(gpu.run, name="gpu telemetry")
                 tg.start_soon(shards.run, name="shards")
-                if self.uploader is not None:
-                    tg.start_soon(self.uploader.run, name="uploads")
+                tg.start_soon(uploader.run, name="uploads")
                 if backup is not None:
                     tg.start_soon(backup.run, name="state backup")
-                if getattr(self.disk_guard, "run", None) is not None:
-                    # Samples free space in a thread; paused_reason() only reads the verdict.
-                    tg.start_soon(self.disk_guard.run, name="disk guard")
+                # Samples free space in a thread; paused_reason() only reads the verdict.
+                tg.start_soon(disk_guard.run, name="disk guard")
                 if self.handle_signals:
                     tg.start_soon(self._signals, tg.cancel_scope, name="signals")
                 await self._watch(status)
@@ -186,8 +190,8 @@ class Job:
         # The last, partial shard is only cut when the job is complete: before that the
         # remainder keeps filling up to shard_size, so shards are whole except the last.
         await shards.sync(final.finished)
-        if final.finished and self.uploader is not None:
-            await self._drain_uploads()
+        if final.finished:
+            await uploader.drain()
         final = await status.build()
         await status.energy.save()
         await astore.call(Store.add_event, "job_stopped", "job",
@@ -198,21 +202,8 @@ class Job:
             await backup.backup_now()
         return JobResult(final, self._reason)
 
-    def _setup_uploads(self, astore: AsyncStore, spool: Path) -> None:
-        """The uploader and disk guard, where the uploads package provides them."""
-        try:
-            from supervisor.uploads.wiring import build_uploads
-        except ImportError:
-            return
-        self.uploader, self.disk_guard = build_uploads(self.config, astore, spool)
-
-    async def _drain_uploads(self) -> None:
-        drain = getattr(self.uploader, "drain", None)
-        if drain is not None:
-            await drain()
-
-    async def _control_status(self, throughput: tuple[Any, ...],
-                              events: tuple[Any, ...]) -> Status:
+    async def _control_status(self, throughput: tuple[ThroughputPoint, ...],
+                              events: tuple[Event, ...]) -> Status:
         assert self._status is not None
         return await self._status.control_status(self.config, throughput, events)
 

@@ -8,7 +8,12 @@ from enum import Enum
 from typing import Any
 
 from supervisor.dispatch.dispatcher import DispatchSnapshot
+from supervisor.dispatch.length_eta import EtaEstimate
+from supervisor.gpu.energy import EnergySnapshot
 from supervisor.dispatch.metrics import eta_seconds, format_duration
+from supervisor.gpu.snapshot import GpuTelemetry
+from supervisor.servers.server_state import ServerSnapshot, ServerState
+from supervisor.uploads.upload_status import UploadStatus
 
 
 @dataclass(frozen=True)
@@ -21,12 +26,12 @@ class JobStatus:
     in_flight: int
     failed: int
     dispatch: DispatchSnapshot
-    servers: tuple[Any, ...] = ()          # ServerSnapshot per server
-    gpu: Any = None                        # GpuTelemetry
-    uploads: Any = None                    # UploadStatus, when uploading
+    servers: tuple[ServerSnapshot, ...] = ()
+    gpu: GpuTelemetry | None = None
+    uploads: UploadStatus | None = None
     disk_paused: str | None = None
-    length_eta: Any = None                 # EtaEstimate (the length-aware ETA)
-    energy: Any = None                     # EnergySnapshot
+    length_eta: EtaEstimate | None = None  # the length-aware ETA
+    energy: EnergySnapshot | None = None
 
     @property
     def remaining(self) -> int:
@@ -78,7 +83,7 @@ def progress_line(s: JobStatus) -> str:
     r = s.dispatch.rates
     q = s.dispatch.quality
     pct = 100.0 * s.done / s.total if s.total else 0.0
-    ready = sum(1 for srv in s.servers if str(getattr(srv, "state", "")) == "READY")
+    ready = sum(1 for srv in s.servers if srv.state is ServerState.READY)
     eta = format_duration(s.eta_s)
     e = s.length_eta
     if s.remaining and e is not None and e.low_s is not None and e.high_s is not None:
@@ -104,15 +109,13 @@ def progress_line(s: JobStatus) -> str:
         if s.energy.joules_per_token is not None:
             energy += f" ({s.energy.joules_per_token:.2f} J/tok)"
         parts.append(energy)
-    if s.uploads is not None:
-        backlog = getattr(s.uploads, "backlog_shards", None)
+    u = s.uploads
+    if u is not None:
         # A local output's "backlog" is only the shard being checked: not worth a column.
-        if backlog is not None and getattr(s.uploads, "remote", True):
-            nbytes = getattr(s.uploads, "backlog_bytes", 0) or 0
-            parts.append(f"S3 backlog {backlog} ({nbytes / 1e6:.0f} MB)")
-        stopped = getattr(s.uploads, "stopped", None)
-        if stopped:
-            parts.append(f"UPLOADS STOPPED: {stopped}")
+        if u.remote:
+            parts.append(f"S3 backlog {u.backlog_shards} ({u.backlog_bytes / 1e6:.0f} MB)")
+        if u.stopped:
+            parts.append(f"UPLOADS STOPPED: {u.stopped}")
     if s.dispatch.paused:
         parts.append("PAUSED: " + "; ".join(s.dispatch.paused.values()))
     return "  ".join(parts)

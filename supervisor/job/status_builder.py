@@ -5,14 +5,17 @@ and the control socket's richer status on top of it."""
 from __future__ import annotations
 
 import time
-from typing import Any
-
 from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import JobConfig
-from supervisor.control.contract import Status
+from supervisor.control.contract import Event, Status, ThroughputPoint
+from supervisor.dispatch.dispatcher import Dispatcher
+from supervisor.gpu.sampler import GpuSampler
 from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.status import JobStatus
+from supervisor.servers.fleet import Fleet
+from supervisor.uploads.disk_guard import DiskGuard
+from supervisor.uploads.uploader import Uploader
 
 
 class StatusBuilder:
@@ -20,11 +23,11 @@ class StatusBuilder:
         self.astore = astore
         self.started_at = started_at
         # The parts appear as the job starts them; a part not there yet is left out.
-        self.dispatcher: Any = None
-        self.fleet: Any = None
-        self.gpu: Any = None
-        self.uploader: Any = None
-        self.disk_guard: Any = None
+        self.dispatcher: Dispatcher | None = None
+        self.fleet: Fleet | None = None
+        self.gpu: GpuSampler | None = None
+        self.uploader: Uploader | None = None
+        self.disk_guard: DiskGuard | None = None
         self.energy: EnergyLedger | None = None
         self.last: JobStatus | None = None
 
@@ -58,14 +61,15 @@ class StatusBuilder:
         self.last = status
         return status
 
-    async def control_status(self, config: JobConfig, throughput: tuple[Any, ...],
-                             events: tuple[Any, ...]) -> Status:
+    async def control_status(self, config: JobConfig, throughput: tuple[ThroughputPoint, ...],
+                             events: tuple[Event, ...]) -> Status:
         """The control socket's status: the job status plus what only the socket serves
         (output-length histogram, server flags, throughput history, recent events)."""
         from supervisor.control.snapshot import build_status
 
         js = await self.build()
         d = self.dispatcher
+        assert d is not None
         # What "requeue truncated" would re-run now (a partial-index count): the TUI's
         # confirmation says how many.
         requeueable = await self.astore.call(Store.truncated_count, d.max_tokens, False)

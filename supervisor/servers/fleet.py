@@ -14,11 +14,12 @@ import random
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 import anyio
 import httpx
 
+from state.store import Store
 from supervisor.config import JobConfig, with_flags
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.launch_command import build_specs
@@ -29,6 +30,7 @@ from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ServerSnapshot, ServerState
 
 log = logging.getLogger("supervisor.servers")
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -93,10 +95,8 @@ class Fleet:
 
     # -- store ------------------------------------------------------------------------------
 
-    async def _store_call(self, method: str, *args: Any) -> Any:
-        from state.store import Store
-
-        return await self.astore.call(getattr(Store, method), *args)
+    async def _store_call(self, method: Callable[..., T], *args: Any) -> T:
+        return await self.astore.call(method, *args)
 
     # -- running ----------------------------------------------------------------------------
 
@@ -118,7 +118,7 @@ class Fleet:
 
     async def stop_orphans(self) -> list[str]:
         """Stop the process groups a previous daemon recorded and did not clean up."""
-        records = await self._store_call("server_processes")
+        records = await self._store_call(Store.server_processes)
         stopped: list[str] = []
         grace = self.config.servers.stop_grace_s
 
@@ -128,14 +128,14 @@ class Fleet:
             if verdict.pids:
                 stopped.append(record.name)
                 await self._store_call(
-                    "add_event", "orphan_stopped", record.name,
+                    Store.add_event, "orphan_stopped", record.name,
                     {"pgid": verdict.pgid, "pids": list(verdict.pids), "why": verdict.why,
                      "result": result, "argv": list(record.argv)},
                     "supervisor", self.options.clock())
             else:
                 log.info("%s: recorded process group %d: %s", record.name, record.pgid,
                          verdict.why)
-            await self._store_call("forget_server_process", record.name)
+            await self._store_call(Store.forget_server_process, record.name)
 
         async with anyio.create_task_group() as tg:
             for record in records:
@@ -190,7 +190,7 @@ class Fleet:
         targets = [self._server(name)] if name else list(self.servers.values())
         new = {s.name: with_flags(replace(self.config, servers=s.servers), flags).servers
                for s in targets}
-        await self._store_call("add_event", "server_retune", name or "*",
+        await self._store_call(Store.add_event, "server_retune", name or "*",
                                {"flags": dict(flags)}, actor, self.options.clock())
         if name is None:
             self.config = with_flags(self.config, flags)

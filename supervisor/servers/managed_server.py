@@ -23,6 +23,7 @@ from typing import Any, Callable
 import anyio
 import httpx
 
+from state.store import Store
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitReason, Trigger, classify,
@@ -46,7 +47,7 @@ S = ServerState
 class FleetContext:
     """What every server of a fleet shares."""
 
-    store_call: Callable[..., Any]        # async (method name, *args) -> result
+    store_call: Callable[..., Any]        # async (Store.method, *args) -> result
     dispatcher: Any                       # serve(endpoint, draining), progress(name)
     client: httpx.AsyncClient
     clock: Callable[[], float]            # unix seconds, for events and snapshots
@@ -199,7 +200,7 @@ class ManagedServer:
             await self._after_failure(reason)
             return
         self._proc, self._argv = proc, spec.argv
-        await self.ctx.store_call("record_server_process", self.name, proc.pid, proc.pgid,
+        await self.ctx.store_call(Store.record_server_process, self.name, proc.pid, proc.pgid,
                                   list(proc.argv), proc.started_at)
         outcome = await self._await_ready(proc, spec)
         if isinstance(outcome, _Ready):
@@ -337,7 +338,7 @@ class ManagedServer:
         await anyio.to_thread.run_sync(proc.pump.join, 5.0, limiter=self.ctx.proc_limiter)
         if self._proc is proc:
             self._proc = None
-        await self.ctx.store_call("forget_server_process", self.name)
+        await self.ctx.store_call(Store.forget_server_process, self.name)
         return result
 
     async def _final_stop(self) -> None:
@@ -366,5 +367,5 @@ class ManagedServer:
         self.ctx.on_change()
         event = {"from": old.value, "to": new.value, "reason": reason, **detail}
         with anyio.CancelScope(shield=True):
-            await self.ctx.store_call("add_event", "server_state", self.name, event, actor,
+            await self.ctx.store_call(Store.add_event, "server_state", self.name, event, actor,
                                       self.state_since)

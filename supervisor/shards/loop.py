@@ -6,7 +6,7 @@ time) and never two at once: the periodic loop and the final sync share one limi
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Callable
 
 import anyio
 
@@ -33,8 +33,3 @@ class ShardLoop:
     async def sync(self, flush: bool) -> list[int]:
         """One sync off the event loop; `flush` also cuts the last, partial shard."""
         return await anyio.to_thread.run_sync(self.writer.sync, flush, limiter=self._limiter)
-
-
-def uploader_poke(uploader: Any) -> Callable[[], None] | None:
-    """The uploader's wake-up call, where the uploader has one."""
-    return getattr(uploader, "poke", None) if uploader is not None else None

@@ -17,6 +17,9 @@ from supervisor.uploads.uploader import Uploader
 
 def build_sink(config: JobConfig, spool: Path) -> Sink:
     if config.output_is_s3:
+        # boto3 is otherwise imported at the first upload: a broken install must stop the
+        # start, not leave a job that generates everything and uploads nothing.
+        import boto3  # noqa: F401
         return S3Sink(S3Location.parse(config.job.output), config.uploads)
     return LocalDirSink(config.path(config.job.output), spool)
 
