@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from state.verify_ledger import VerifyLedger
-from supervisor.output_layout import manifest_key, parse_shard_key, is_state_key, ShardKey
+from supervisor.shards.keys import ShardKey, parse_shard_key
+from supervisor.state_backup.keys import is_state_key, manifest_key
 from supervisor.output_verify.report import BadLine, ShardProblem, VerifyReport
 from supervisor.prompt_import import ImportSummary, partition_of, read_prompts
 from supervisor.prompts_digest import file_sha256

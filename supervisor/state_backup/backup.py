@@ -21,7 +21,7 @@ from typing import Awaitable, Callable
 import anyio
 
 from state.snapshot import copy_live, inspect
-from supervisor.output_layout import db_key, is_db_key, manifest_key, state_prefix
+from supervisor.state_backup.keys import db_key, is_db_key, manifest_key, state_prefix
 from supervisor.state_backup.manifest import BackupManifest, ShardRecord
 from supervisor.state_backup.restore import NodeIdentity, RestoreRefused, check_siblings
 from supervisor.uploads.output_reader import OutputReader

@@ -21,8 +21,8 @@ from state.shard_adoption import AdoptionError, UploadedShard, adopt_shard
 from state.snapshot import SnapshotError, inspect
 from state.store import Store
 from supervisor.config import Partition
-from supervisor.output_layout import (MANIFEST_NAME, STATE_DIR, manifest_key, parse_shard_key,
-                                      partition_dir)
+from supervisor.shards.keys import parse_shard_key, partition_dir
+from supervisor.state_backup.keys import MANIFEST_NAME, STATE_DIR, manifest_key
 from supervisor.state_backup.manifest import BackupManifest, ManifestError
 from supervisor.uploads.output_reader import OutputReader
 

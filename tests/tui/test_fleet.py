@@ -9,7 +9,6 @@ from dataclasses import replace
 from textual.widgets import Input
 
 from supervisor.control.contract import Status
-from supervisor.control.fleet_totals import FleetTotals, NodeRow
 from tests.tui import contract_data as data
 from tests.tui.fake_daemon import FakeDaemon
 from tests.tui.test_keys import until_called
@@ -64,17 +63,3 @@ async def test_enter_opens_the_node_and_its_keys_act_on_it_alone() -> None:
         assert isinstance(app.screen, MainScreen) and app.screen.daemon is daemons[1]
         assert app.status is not None and app.status.partition == "1/3"
         assert any("PAUSED (quality)" in a.text for a in app.screen.alerts)
-
-
-def test_job_eta_is_the_slowest_node_and_unknown_while_one_is_silent() -> None:
-    a = node(data.healthy(), "0/2", 10, 100.0)
-    b = node(data.healthy(), "1/2", 10, 250.0)
-    totals = FleetTotals.of([NodeRow("a", a), NodeRow("b", b)])
-    assert (totals.eta_s, totals.eta_note) == (250.0, "partition 1/2 is the slowest")
-    assert totals.done == 20 and totals.total == 600_000 and totals.partitions == "2 of 2 partitions"
-    silent = FleetTotals.of([NodeRow("a", a), NodeRow("b", None, "refused")])
-    assert silent.eta_s is None and "b does not answer" in silent.eta_note
-    mixed = FleetTotals.of([NodeRow("a", a), NodeRow("c", node(data.healthy(), "1/3", 1, 1.0))])
-    assert mixed.partitions.startswith("MIXED")
-    done = replace(a, job=replace(a.job, pending=0, in_flight=0))
-    assert FleetTotals.of([NodeRow("a", done)]).eta_s == 0.0

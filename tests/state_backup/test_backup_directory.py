@@ -12,7 +12,8 @@ from state.snapshot import PARTITION, PROMPTS_SHA256, SnapshotError, inspect
 from state.store import Store
 from supervisor.config import Partition
 from supervisor.shards.keys import shard_key_for
-from supervisor.output_layout import ShardKey, manifest_key, parse_shard_key
+from supervisor.shards.keys import ShardKey, parse_shard_key
+from supervisor.state_backup.keys import manifest_key
 from supervisor.state_backup.backup import StateBackup
 from supervisor.state_backup.manifest import BackupManifest
 from supervisor.state_backup.restore import NodeIdentity, RestoreRefused, restore_if_missing

@@ -1,0 +1,24 @@
+"""The job across nodes from their snapshots: totals, the slowest node's ETA, and partitions
+that do not add up to one job."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from supervisor.control.fleet_totals import FleetTotals, NodeRow
+from tests.tui import contract_data as data
+from tests.tui.test_fleet import node
+
+
+def test_job_eta_is_the_slowest_node_and_unknown_while_one_is_silent() -> None:
+    a = node(data.healthy(), "0/2", 10, 100.0)
+    b = node(data.healthy(), "1/2", 10, 250.0)
+    totals = FleetTotals.of([NodeRow("a", a), NodeRow("b", b)])
+    assert (totals.eta_s, totals.eta_note) == (250.0, "partition 1/2 is the slowest")
+    assert totals.done == 20 and totals.total == 600_000 and totals.partitions == "2 of 2 partitions"
+    silent = FleetTotals.of([NodeRow("a", a), NodeRow("b", None, "refused")])
+    assert silent.eta_s is None and "b does not answer" in silent.eta_note
+    mixed = FleetTotals.of([NodeRow("a", a), NodeRow("c", node(data.healthy(), "1/3", 1, 1.0))])
+    assert mixed.partitions.startswith("MIXED")
+    done = replace(a, job=replace(a.job, pending=0, in_flight=0))
+    assert FleetTotals.of([NodeRow("a", done)]).eta_s == 0.0
