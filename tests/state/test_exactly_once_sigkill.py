@@ -15,9 +15,10 @@ from pathlib import Path
 
 from state.store import Store
 from supervisor.prompt_import import import_file
+from tests.support import SHARED_DATA
 
 REPO = Path(__file__).resolve().parents[2]
-SHARED = REPO / ".." / "shared" / "data"
+SHARED = SHARED_DATA
 CHILD = Path(__file__).with_name("crash_child.py")
 
 # Each run resumes the previous one's DB and spool, and is killed at the named point.

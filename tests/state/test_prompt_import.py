@@ -10,8 +10,9 @@ import pytest
 from state.store import Store
 from supervisor.config import Partition
 from supervisor.prompt_import import import_file, main, parse_prompt, partition_of
+from tests.support import SHARED_DATA
 
-SHARED = Path(__file__).resolve().parents[2] / ".." / "shared" / "data"
+SHARED = SHARED_DATA
 
 
 def write(path: Path, lines: list) -> Path:
