@@ -77,6 +77,8 @@ class LengthEta:
         self._busy_area = 0.0
         self._busy_at: float | None = None
         self._busy_marks: deque[tuple[float, float]] = deque()
+        # The busy-slot average as each estimate saw it: how steady the throughput has been.
+        self._busy_seen: deque[float] = deque(maxlen=300)
         self._events: list[int] = []      # finished by themselves, per length bin
         self._censored: list[int] = []    # cut off (finish_reason length), per bin
         self._running: dict[Hashable, _Running] = {}
@@ -127,6 +129,17 @@ class LengthEta:
         if now - t0 < 1.0:
             return float(len(self._running))
         return (self._busy_area - a0) / (now - t0)
+
+    def _busy_spread(self, slots: float) -> float:
+        """Coefficient of variation of the busy-slot average over recent estimates."""
+        seen = self._busy_seen
+        seen.append(slots)
+        if len(seen) < 10:
+            return 0.0
+        mean = sum(seen) / len(seen)
+        if mean <= 0:
+            return 0.0
+        return math.sqrt(sum((x - mean) ** 2 for x in seen) / (len(seen) - 1)) / mean
 
     @property
     def running(self) -> int:
@@ -223,8 +236,11 @@ class LengthEta:
 
         eta = seconds(point)
         # The decode rate's error scales the whole time; combine it as a relative spread.
-        lo_s = seconds(max(0.0, low - Z80 * sd_tokens)) / (1.0 + Z80 * rate_rse)
-        hi_s = seconds(high + Z80 * sd_tokens) / max(1e-3, 1.0 - Z80 * rate_rse)
+        # The decode rate's error and the throughput's own unsteadiness (slots not kept busy,
+        # a server restarting) scale the whole time; combined as one relative spread.
+        rel = math.hypot(rate_rse, self._busy_spread(slots) if to_start else 0.0)
+        lo_s = seconds(max(0.0, low - Z80 * sd_tokens)) / (1.0 + Z80 * rel)
+        hi_s = seconds(high + Z80 * sd_tokens) / max(1e-3, 1.0 - Z80 * rel)
         reason = None
         if not curve.covers(max_tokens):
             reason = (f"longest answers not seen yet (data up to {curve.data_end:.0f} of "

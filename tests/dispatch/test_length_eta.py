@@ -134,3 +134,24 @@ def test_a_moment_with_fewer_requests_in_flight_is_averaged_out():
     assert 9.5 < eta.busy_slots(31.0) < 10.0
     now[0] = 70.0                          # ...and for good: the average follows
     assert eta.busy_slots(70.0) == 5.0
+
+
+def test_unsteady_throughput_widens_the_interval():
+    def width(counts: list[int]) -> float:
+        eta = LengthEta(busy_window_s=1.0, clock=lambda: 0.0)
+        for i, v in enumerate(_lengths(300)):
+            eta.started(("done", i), 4096, now=0.0)
+            eta.finished(("done", i), min(v, 4096), v > 4096, now=min(v, 4096) / RATE)
+        t = 100.0
+        for k, n in enumerate(counts):
+            for j in range(40):
+                eta.dropped((k - 1, j))
+            for j in range(n):
+                eta.started((k, j), 4096, now=t)
+            t += 5.0
+            est = eta.estimate(10_000, 4096, now=t)
+        return (est.high_s - est.low_s) / est.eta_s
+
+    steady = width([30] * 20)
+    unsteady = width([20, 40] * 10)
+    assert unsteady > 2 * steady
