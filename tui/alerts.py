@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from supervisor.control.contract import ServerState, Status
+from supervisor.control.contract import Event, ServerState, Status
 from tui.formatting import one_line
 from tui.link_state import LinkState
 
@@ -22,13 +22,31 @@ class Alert:
     text: str
 
 
-def alerts(status: Status | None, link: LinkState) -> tuple[Alert, ...]:
+def daemon_stop(events: tuple[Event, ...]) -> str | None:
+    """Why the daemon last stopped on purpose ("finished", "stopped by SIGTERM"), when its
+    newest start/stop event is a stop."""
+    for e in reversed(events):
+        if e.kind == "job_started":
+            return None
+        if e.kind == "job_stopped":
+            return str(e.detail().get("reason") or "stopped")
+    return None
+
+
+def alerts(status: Status | None, link: LinkState,
+           events: tuple[Event, ...] = ()) -> tuple[Alert, ...]:
     out: list[Alert] = []
     if not link.connected and link.reason != "connecting":
         tries = f", attempt {link.attempts}" if link.attempts > 1 else ""
-        shown = "; the figures below are the last ones received" if status else ""
-        out.append(Alert(Severity.ERROR, f"DISCONNECTED — retrying{tries}: "
-                                         f"{one_line(link.reason, 160)}{shown}"))
+        if not link.ever_connected:
+            out.append(Alert(Severity.WARNING, f"WAITING for the daemon{tries}: "
+                                               f"{one_line(link.reason, 160)}"))
+        else:
+            stop = daemon_stop(events)
+            why = f"the daemon stopped ({one_line(stop, 80)}); " if stop else ""
+            shown = "; the figures below are the last ones received" if status else ""
+            out.append(Alert(Severity.ERROR, f"DISCONNECTED — {why}retrying{tries}: "
+                                             f"{one_line(link.reason, 160)}{shown}"))
     if status is None:
         return tuple(out)
     for s in status.servers:

@@ -12,6 +12,7 @@ class LinkState:
     attempts: int = 0             # failed connection attempts in a row
     since: float | None = None    # monotonic time the link went down (or first tried)
     streaming: bool = True        # False: polling /v1/status (the daemon has no event stream)
+    ever_connected: bool = False  # False: still waiting for the first answer since start
 
     @classmethod
     def connecting(cls) -> LinkState:

@@ -36,14 +36,15 @@ async def follow(daemon: Daemon, *, on_status: Callable[[Status], None],
     down_since: float | None = None
     since: int | None = None      # the last event id seen: a reconnect replays what followed
     streaming = True
+    ever = False                  # "waiting for the daemon" until it first answers
     while True:
         try:
             if streaming:
                 first = True
                 async for item in daemon.events(since, idle_timeout_s=timing.idle_timeout_s):
                     if first:
-                        first, attempts, down_since = False, 0, None
-                        on_link(LinkState(connected=True, streaming=True))
+                        first, attempts, down_since, ever = False, 0, None, True
+                        on_link(LinkState(connected=True, streaming=True, ever_connected=True))
                     if isinstance(item, Status):
                         on_status(item)
                     elif isinstance(item, Event):
@@ -54,8 +55,8 @@ async def follow(daemon: Daemon, *, on_status: Callable[[Status], None],
                         pass
                 raise ControlUnreachable(daemon.socket, "the daemon ended the event stream")
             status = await daemon.status()
-            attempts, down_since = 0, None
-            on_link(LinkState(connected=True, streaming=False))
+            attempts, down_since, ever = 0, None, True
+            on_link(LinkState(connected=True, streaming=False, ever_connected=True))
             on_status(status)
             await anyio.sleep(timing.poll_interval_s)
             continue
@@ -69,6 +70,6 @@ async def follow(daemon: Daemon, *, on_status: Callable[[Status], None],
         attempts += 1
         down_since = clock() if down_since is None else down_since
         on_link(LinkState(connected=False, reason=reason, attempts=attempts,
-                          since=down_since, streaming=streaming))
+                          since=down_since, streaming=streaming, ever_connected=ever))
         await anyio.sleep(min(timing.retry_max_s,
                               timing.retry_initial_s * 2 ** min(attempts - 1, 10)))

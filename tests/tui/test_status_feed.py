@@ -71,6 +71,7 @@ async def test_retries_until_the_daemon_answers_then_reports_live() -> None:
     # One down_since for the whole outage, not one per attempt.
     assert len({link.since for link in down}) == 1
     assert rec.statuses == [status]
+    assert not any(link.ever_connected for link in down) and rec.links[-1].ever_connected
 
 
 async def test_a_restarted_stream_resumes_after_the_last_event() -> None:
@@ -81,6 +82,7 @@ async def test_a_restarted_stream_resumes_after_the_last_event() -> None:
     assert daemon.sinces[:2] == [None, e2.id]
     assert rec.events == [e1, e2, e3]
     assert [link.connected for link in rec.links] == [True, False, True]
+    assert rec.links[1].ever_connected      # "disconnected", not "waiting"
 
 
 @dataclass

@@ -85,11 +85,21 @@ def test_alerts_name_every_reason_to_look() -> None:
     assert alerts(data.uploads_stopped(), LIVE)[0].text.startswith(
         "UPLOADS STOPPED: bucket dflash-data does not exist")
     down = LinkState(connected=False, reason="no daemon answers on /x: Connection refused",
-                     attempts=4)
+                     attempts=4, ever_connected=True)
     first = alerts(data.healthy(), down)[0]
     assert first.severity is Severity.ERROR
     assert first.text.startswith("DISCONNECTED — retrying, attempt 4: no daemon answers")
     assert "last ones received" in first.text
+    # A daemon that said it was stopping (its job_stopped event came through) says why.
+    stopped = data.EVENTS + (ev("job_stopped", "job", {"reason": "finished"}),)
+    assert alerts(data.healthy(), down, stopped)[0].text.startswith(
+        "DISCONNECTED — the daemon stopped (finished); retrying, attempt 4")
+    assert alerts(data.healthy(), down, stopped + (ev("job_started", "job", {}),))[0] == first
+    # Never connected yet: waiting, not "disconnected".
+    waiting = alerts(None, LinkState(connected=False, reason="No such file or directory",
+                                     attempts=2))
+    assert [(a.severity, a.text) for a in waiting] == [
+        (Severity.WARNING, "WAITING for the daemon, attempt 2: No such file or directory")]
 
 
 def test_histogram_columns_keep_every_completion_and_mark_the_limit() -> None:

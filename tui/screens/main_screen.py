@@ -69,7 +69,7 @@ class MainScreen(Screen[None]):
         self.readonly = readonly
 
     def compute_alerts(self) -> tuple[Alert, ...]:
-        return alerts(self.status, self.link)
+        return alerts(self.status, self.link, self.events)
 
     def compose(self) -> ComposeResult:
         yield TitleBar(self.daemon.socket, self.readonly).data_bind(

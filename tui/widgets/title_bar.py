@@ -31,8 +31,8 @@ class TitleBar(Widget):
         right = Text()
         if self.link.connected:
             right.append(" ● live" if self.link.streaming else " ● polling", style="bold green")
-        elif self.link.reason == "connecting":
-            right.append(" ○ connecting", style="yellow")
+        elif self.link.reason == "connecting" or not self.link.ever_connected:
+            right.append(" ○ waiting", style="bold yellow")
         else:
             right.append(" ○ disconnected", style="bold red")
         if self.readonly:
