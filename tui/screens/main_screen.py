@@ -42,6 +42,7 @@ T = TypeVar("T")
 # Under this many rows the charts shrink and the gaps between regions go, so that eight
 # servers and some events still fit (80x24 and 100x30 are both "short").
 SHORT_ROWS = 36
+TINY_ROWS = 27      # 80x24: the charts lose another row
 
 
 class MainScreen(Screen[None]):
@@ -86,6 +87,7 @@ class MainScreen(Screen[None]):
 
     def on_resize(self) -> None:
         self.set_class(self.size.height < SHORT_ROWS, "-short")
+        self.set_class(self.size.height < TINY_ROWS, "-tiny")
 
     def watch_status(self) -> None:
         self.refresh_bindings()   # pause/resume follow the daemon's state

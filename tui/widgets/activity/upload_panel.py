@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from rich.text import Text
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -12,17 +13,26 @@ from tui.text_flow import figure, flow
 
 
 class UploadPanel(Widget):
-    status: reactive[Status | None] = reactive(None)
+    # layout: the number of lines changes (a wrap, an error line), and the height is auto.
+    status: reactive[Status | None] = reactive(None, layout=True)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        # Lines depend on the width (figures wrap between, never inside, themselves): lay
+        # out for the width Textual offers, not the size the widget had before.
+        return len(self.text(width).wrap(self.app.console, max(1, width)))
 
     def render(self) -> Text:
+        return self.text(self.size.width)
+
+    def text(self, width: int) -> Text:
         s = self.status
         head = Text("uploads", style="bold")
         if s is None:
-            return flow([head], self.size.width)
+            return flow([head], width)
         u = s.uploads
         if u is None:
             return flow([head, Text("none: this job's output needs no upload", style="dim")],
-                        self.size.width)
+                        width)
         cells = [head, Text(f"→ {u.destination}")]
         if u.remote:
             cells.append(figure(f"{u.backlog_shards} ({size(u.backlog_bytes)})", "backlog",
@@ -36,7 +46,8 @@ class UploadPanel(Widget):
             cells.append(Text(f"failing ×{u.consecutive_failures}", style="bold red"))
         if u.corrupt_total:
             cells.append(Text(f"re-sent {u.corrupt_total} altered", style="yellow"))
-        text = flow(cells, self.size.width)
+        text = flow(cells, width)
         if u.last_error and (u.consecutive_failures or u.stopped):
-            text.append(f"\n last error: {one_line(u.last_error, 300)}", style="red")
+            text.append(f"\n last error: {one_line(u.last_error, max(20, width - 14))}",
+                        style="red")
         return text

@@ -5,6 +5,7 @@ looping, and the energy the job has used."""
 from __future__ import annotations
 
 from rich.text import Text
+from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
@@ -14,15 +15,24 @@ from tui.text_flow import figure, flow
 
 
 class JobProgress(Widget):
-    status: reactive[Status | None] = reactive(None)
+    # layout: the number of lines changes (a wrap, an error line), and the height is auto.
+    status: reactive[Status | None] = reactive(None, layout=True)
+
+    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
+        # Lines depend on the width (figures wrap between, never inside, themselves): lay
+        # out for the width Textual offers, not the size the widget had before.
+        return len(self.text(width).wrap(self.app.console, max(1, width)))
 
     def render(self) -> Text:
+        return self.text(self.size.width)
+
+    def text(self, width: int) -> Text:
         s = self.status
         if s is None:
             return Text(" waiting for the daemon's first status…", style="dim")
-        return Text("\n").join([self._bar_line(s), self._rates_line(s)])
+        return Text("\n").join([self._bar_line(s, width), self._rates_line(s, width)])
 
-    def _bar_line(self, s: Status) -> Text:
+    def _bar_line(self, s: Status, width: int) -> Text:
         j = s.job
         frac = j.done / j.total if j.total else 0.0
         tail = Text(f" {j.done:,}/{j.total:,} {100 * frac:5.1f}%  ETA ")
@@ -34,18 +44,18 @@ class JobProgress(Widget):
                 tail.append(f" ({duration(s.eta.low_s)}–{duration(s.eta.high_s)})", style="dim")
             if s.eta.warming_up:
                 tail.append(" (warming up)", style="yellow")
-        width = max(10, self.size.width - tail.cell_len - 2)
-        filled = frac * width
+        bar_width = max(10, width - tail.cell_len - 2)
+        filled = frac * bar_width
         whole = int(filled)
         bar = Text(" ")
         bar.append("━" * whole, style="green")
-        if whole < width:
+        if whole < bar_width:
             bar.append("╸" if filled - whole >= 0.5 else "━",
                        style="green" if filled - whole >= 0.5 else "grey30")
-            bar.append("━" * (width - whole - 1), style="grey30")
+            bar.append("━" * (bar_width - whole - 1), style="grey30")
         return bar + tail
 
-    def _rates_line(self, s: Status) -> Text:
+    def _rates_line(self, s: Status, width: int) -> Text:
         r, q = s.rates, s.quality
         cells = [
             figure(f"{r.req_per_s:.1f}", "req/s"),
@@ -61,7 +71,7 @@ class JobProgress(Widget):
             figure(f"{s.max_tokens:,}", "max tokens", label_first=True),
             *self._energy_cells(s),
         ]
-        return flow(cells, self.size.width)
+        return flow(cells, width)
 
     @staticmethod
     def _loop_cells(s: Status) -> list[Text]:

@@ -1,0 +1,109 @@
+"""As a person uses it: `dflash-supervisor demo --tui` in a real terminal (tmux), the screen
+read with capture-pane, keys sent with send-keys, then quit; the demo's daemon and servers
+are gone afterwards. Also checks the 80x24 layout by resizing the terminal mid-run."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable, Iterator
+
+import psutil
+import pytest
+
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
+REPO = Path(__file__).resolve().parents[2]
+
+
+class Terminal:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def tmux(self, *args: str) -> str:
+        return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=10,
+                              check=True).stdout
+
+    def screen(self) -> str:
+        return self.tmux("capture-pane", "-p", "-t", self.name)
+
+    def keys(self, *keys: str) -> None:
+        for key in keys:
+            self.tmux("send-keys", "-t", self.name, key)
+            time.sleep(0.15)
+
+    def wait_for(self, check: Callable[[str], object], what: str, timeout_s: float = 30.0) -> str:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            text = self.screen()
+            if check(text):
+                return text
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}; screen:\n{text}")
+            time.sleep(0.1)
+
+
+@pytest.fixture
+def term(tmp_path: Path) -> Iterator[Terminal]:
+    name = f"dflash-e2e-{tmp_path.name}"[:60]
+    t = Terminal(name)
+    cmd = (f"cd {tmp_path} && {sys.executable} -m supervisor demo --tui --dir {tmp_path / 'demo'}"
+           f" --prompts 50000; echo DEMO-EXIT=$?; sleep 600")
+    t.tmux("new-session", "-d", "-s", name, "-x", "100", "-y", "30", cmd)
+    try:
+        yield t
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True, timeout=10)
+        # Nothing the demo started may outlive the test.
+        for p in psutil.process_iter(["cmdline"]):
+            if str(tmp_path) in " ".join(p.info["cmdline"] or ()):
+                p.kill()
+
+
+def test_demo_tui_in_a_terminal(term: Terminal) -> None:
+    screen = term.wait_for(lambda s: "● live" in s and s.count("READY") >= 3,
+                           "the TUI attached with three READY servers", timeout_s=60)
+    pid = int(re.search(r"pid (\d+)", screen).group(1))       # the demo daemon's pid
+    assert psutil.pid_exists(pid)
+    for region in ("req/s", "max tokens 4,096", "server  state", "uploads", "events",
+                   "q quit"):
+        assert region in screen, region
+
+    term.keys("m")
+    term.wait_for(lambda s: "Max tokens" in s and "8192" in s, "the max tokens dialog")
+    term.keys("Enter")
+    term.wait_for(lambda s: "max tokens 8,192" in s and "max tokens 4096 → 8192" in s,
+                  "the new limit in the job line and the events")
+
+    term.keys("p")
+    term.wait_for(lambda s: "Pause dispatch" in s, "the pause dialog")
+    term.keys("Enter")
+    term.wait_for(lambda s: "PAUSED (operator): paused by operator" in s, "the pause banner")
+    term.keys("p")
+    term.wait_for(lambda s: "Resume dispatch?" in s, "the resume question")
+    term.keys("y")
+    term.wait_for(lambda s: "PAUSED" not in s.splitlines()[1], "the banner gone")
+
+    term.keys("?")
+    term.wait_for(lambda s: "dflash-tui keys" in s, "the help screen")
+    term.keys("Escape")
+
+    term.tmux("resize-window", "-t", term.name, "-x", "80", "-y", "24")
+    small = term.wait_for(lambda s: len(s.splitlines()) <= 24 and "gpu2" in s,
+                          "the 80x24 layout")
+    for region in ("dflash-supervisor", "ETA", "gpu0", "gpu1", "gpu2", "uploads", "q quit"):
+        assert region in small, f"{region} missing at 80x24:\n{small}"
+    assert all(len(line) <= 80 for line in small.splitlines())
+
+    daemon = psutil.Process(pid)
+    servers = daemon.children(recursive=True)
+    assert len(servers) >= 3
+    term.keys("q")
+    term.wait_for(lambda s: "DEMO-EXIT=0" in s, "the demo to exit", timeout_s=90)
+    # Quitting the TUI stopped the demo: its daemon and every server process are gone.
+    gone, alive = psutil.wait_procs([daemon] + servers, timeout=10)
+    assert alive == []
