@@ -46,6 +46,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="make every server fail this way after --fault-after-s")
     p.add_argument("--fault-after-s", type=float, default=10.0)
     p.add_argument("--quiet", action="store_true", help="no progress line")
+    p.add_argument("--tui", action="store_true",
+                   help="run the daemon in the background and watch it in dflash-tui "
+                        "(quitting the TUI stops the demo)")
     args = p.parse_args(argv)
     if args.prompts < 1 or args.servers < 1:
         p.error("--prompts and --servers must be >= 1")
@@ -84,6 +87,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dflash-supervisor demo: {exc}", file=sys.stderr)
         return 2
     write_config_file(directory / "demo.toml", cfg)
+    if args.tui:
+        from supervisor.demo.with_tui import run_with_tui
+        return run_with_tui(directory / "demo.toml", cfg.control.socket,
+                            directory / "daemon.log")
     out = cfg.job.output if cfg.output_is_s3 else str(cfg.path(cfg.job.output))
     print(f"demo: {args.prompts} prompts, {args.servers} simulated servers, shards -> {out}"
           f"\n      state {cfg.path(cfg.job.state)}, logs {directory / 'logs'}", flush=True)
