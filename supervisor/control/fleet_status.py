@@ -42,7 +42,7 @@ def table(rows: list[NodeRow], totals: FleetTotals) -> str:
         pct = f"{100 * s.job.done / s.job.total:.1f}" if s.job.total else "-"
         backlog = str(s.uploads.backlog_shards) if s.uploads is not None else "-"
         eta = "-" if r.remaining == 0 else duration(s.eta.seconds) + (
-            "?" if s.eta.warming_up else "")
+            "?" if s.eta.warming_up and s.eta.seconds is not None else "")
         body.append((r.socket, r.partition, f"{s.job.done:,}/{s.job.total:,}", pct,
                      f"{s.rates.req_per_s:.1f}", eta, f"{ready}/{servers}", backlog,
                      r.state_text()))

@@ -31,6 +31,7 @@ from supervisor.uploads.output_reader import OutputReader, StoredObject
 BATCH = 10_000
 BAD_LINES_KEPT = 20
 _PLAIN_MD5 = re.compile(r"^[0-9a-f]{32}$")
+_BACKUP_OF = re.compile(r"^part-\d{4,}-of-(\d{4,})/_state/")
 
 
 @dataclass(frozen=True)
@@ -92,9 +93,11 @@ class OutputVerifier:
                 ledger.close()
 
     def _run(self, ledger: VerifyLedger) -> VerifyReport:
-        shards, others = self._listing()
+        shards, others, backed_up = self._listing()
         counts = {s.partition.count for s, _ in shards if s.partition is not None}
         unpartitioned = any(s.partition is None for s, _ in shards)
+        # Nodes that have backed up but not uploaded a shard yet count too.
+        counts |= backed_up
         n = self.partitions or (max(counts) if counts else 1)
         report = VerifyReport(self.reader.describe(), str(self.prompts), n)
         if len(counts) > 1 or (counts and unpartitioned):
@@ -119,18 +122,23 @@ class OutputVerifier:
         report.misplaced = ledger.misplaced()
         return report
 
-    def _listing(self) -> tuple[list[tuple[ShardKey, StoredObject]], list[str]]:
+    def _listing(self) -> tuple[list[tuple[ShardKey, StoredObject]], list[str], set[int]]:
+        """Shards, other objects, and the partition counts the state backups name."""
         shards: list[tuple[ShardKey, StoredObject]] = []
         others: list[str] = []
+        backed_up: set[int] = set()
         for obj in self.reader.list():
             if is_state_key(obj.key):
+                m = _BACKUP_OF.match(obj.key)
+                if m is not None:
+                    backed_up.add(int(m.group(1)))
                 continue
             parsed = parse_shard_key(obj.key)
             if parsed is None:
                 others.append(obj.key)
             else:
                 shards.append((parsed, obj))
-        return shards, others
+        return shards, others, backed_up
 
     def _load_prompts(self, ledger: VerifyLedger, report: VerifyReport) -> None:
         summary = ImportSummary()

@@ -156,3 +156,18 @@ def test_bad_arguments_are_one_line_and_exit_2(tmp_path: Path, finished_job: tup
                               capture_output=True, text=True, timeout=60)
         assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
         assert "Traceback" not in proc.stderr
+
+
+def test_nodes_that_backed_up_but_uploaded_nothing_still_count_as_partitions(
+        damaged: tuple[Path, Path]):
+    prompts, output = damaged
+    for part in range(3):
+        for shard in _shards(output, part):
+            shard.unlink()
+    proc = verify(prompts, output)
+    assert proc.returncode == 1
+    assert "(3 partitions)" in proc.stdout
+    assert f"missing:           {N_PROMPTS}" in proc.stdout
+    for part in range(3):
+        expected = sum(partition_of(f"q{i:04d}", 3) == part for i in range(N_PROMPTS))
+        assert f"partition {part}: {expected} (e.g." in proc.stdout

@@ -36,7 +36,7 @@ def row_cells(row: NodeRow) -> tuple[str | Text, ...]:
     ready, servers = row.servers_ready
     pct = f"{100 * s.job.done / s.job.total:.1f}" if s.job.total else "—"
     eta = "—" if row.remaining == 0 else duration(s.eta.seconds) + (
-        "?" if s.eta.warming_up else "")
+        "?" if s.eta.warming_up and s.eta.seconds is not None else "")
     backlog = str(s.uploads.backlog_shards) if s.uploads is not None else "—"
     return (row.socket, row.partition, f"{s.job.done:,}/{s.job.total:,}", pct,
             f"{s.rates.req_per_s:.1f}", eta, f"{ready}/{servers}", backlog, state_cell(row))
