@@ -10,6 +10,7 @@ unreachable store). Progress goes to stderr, the report to stdout.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -82,5 +83,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (UploadError, OSError) as exc:
         print(f"dflash-supervisor verify: cannot read {args.output}: {exc}", file=sys.stderr)
         return EXIT_ERROR
-    print("\n".join(report.lines_out()))
-    return EXIT_CLEAN if report.clean else EXIT_NOT_CLEAN
+    code = EXIT_CLEAN if report.clean else EXIT_NOT_CLEAN
+    try:
+        print("\n".join(report.lines_out()), flush=True)
+    except BrokenPipeError:
+        # `verify ... | head`: the reader has what it wanted; the verdict is the exit status.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return code
