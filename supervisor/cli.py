@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import sys
 from typing import Sequence
@@ -50,7 +51,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if config.job.partition is not None:
         logging.getLogger("supervisor").info("this node runs partition %s", config.job.partition)
-    job = Job(config, exit_when_paused=args.exit_when_paused)
+    job = Job(config, exit_when_paused=args.exit_when_paused,
+              reload_config=functools.partial(load_config, args.config, workdir=args.workdir))
     try:
         result = anyio.run(job.run)
     except JobError as exc:

@@ -295,6 +295,9 @@ class Status(Record):
     recent_events: tuple[Event, ...] = ()          # oldest first
     energy: Energy | None = None
     partition: str | None = None   # "I/N" for a node of a many-node job (job.partition)
+    stopping: str | None = None    # a graceful stop in progress ("draining: 12 requests in
+                                   # flight, 87 s of grace left"); None while running
+    last_reload: str | None = None  # the last config reload's outcome (applied / refused)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Status:

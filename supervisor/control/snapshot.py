@@ -161,4 +161,5 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
         output_lengths=c.Histogram(edges=edges, counts=counts, samples=samples,
                                    max_tokens=d.max_tokens),
         throughput=throughput, recent_events=events, energy=_energy(js.energy),
-        partition=str(config.job.partition) if config.job.partition is not None else None)
+        partition=str(config.job.partition) if config.job.partition is not None else None,
+        stopping=js.stopping, last_reload=js.last_reload)

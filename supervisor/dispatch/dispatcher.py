@@ -32,7 +32,7 @@ from supervisor.dispatch.loop_detector import is_loop
 from supervisor.dispatch.metrics import CompletionRateWindow
 from supervisor.dispatch.outcome import outcome_of
 from supervisor.dispatch.output_lengths import LengthWindow
-from supervisor.dispatch.progress import DispatchSnapshot, ServerProgress
+from supervisor.dispatch.progress import DispatchSnapshot, InFlightRequest, ServerProgress
 from supervisor.dispatch.quality import QualityGate
 from supervisor.dispatch.recorder import Recorder
 from supervisor.servers.endpoint import Endpoint
@@ -76,6 +76,9 @@ class Dispatcher:
         self._progress: dict[str, ServerProgress] = {}
         self._serving: dict[int, _Serving] = {}
         self._paused: dict[str, str] = {}
+        # A graceful stop: nothing new is claimed, requests in flight run to the end.
+        self._stopping = False
+        self._requests: dict[str, InFlightRequest] = {}    # prompt id -> request on the wire
         self._bad_output = BadOutputPause(self.quality, config.generation.enable_thinking,
                                           self._paused, self._paused_on_bad_output)
         self._recorder = Recorder(self._write, on_committed=self._after_commit)
@@ -152,6 +155,42 @@ class Dispatcher:
     @property
     def paused(self) -> bool:
         return bool(self._paused)
+
+    # -- graceful stop and reload --------------------------------------------------------------
+
+    def stop_claiming(self) -> None:
+        """The first step of a graceful stop: claim and send nothing more, give buffered
+        prompts back; requests in flight run to their end."""
+        self._stopping = True
+        self.poke()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def in_flight_requests(self) -> list[InFlightRequest]:
+        return list(self._requests.values())
+
+    def completed_total(self) -> int:
+        """Outcomes of any kind since the daemon started."""
+        return sum(p.completed for p in self._progress.values())
+
+    def server_tok_per_s(self) -> dict[str, float]:
+        now = self.clock()
+        return {n: p.rates.snapshot(now).tok_per_s for n, p in self._progress.items()
+                if p.rates is not None}
+
+    def use_config(self, config: JobConfig) -> None:
+        """A reloaded config: generation settings and dispatch limits apply to requests sent
+        from now on, quality thresholds to the next completion. max_tokens is not taken
+        from here: it changes through set_max_tokens, like an operator's action."""
+        self.config = config
+        q = config.quality
+        self.quality.min_samples = q.min_samples
+        self.quality.max_bad_rate = q.max_bad_rate
+        self.quality.max_truncation_rate = q.max_truncation_rate
+        self._bad_output.thinking = config.generation.enable_thinking
+        self.poke()
 
     # -- operator actions (the control socket calls these) -------------------------------------
 
@@ -257,7 +296,7 @@ class Dispatcher:
             if draining.is_set():
                 await self._give_back(serving, recv)
                 return
-            if self._paused:
+            if self._paused or self._stopping:
                 await self._give_back(serving, recv)
                 await serving.wake.wait()
                 continue
@@ -297,6 +336,12 @@ class Dispatcher:
         async with recv:
             async for prompt in recv:
                 serving.wake.set()     # a buffer slot freed: the feeder may refill
+                if self._stopping:
+                    # Buffered but not sent: back to pending, never started during a stop.
+                    # (Leaving `claimed` and submitting with no await between, as in _one.)
+                    del serving.claimed[prompt.id]
+                    self._recorder.submit([Requeue(prompt.id)])
+                    continue
                 try:
                     await self._one(serving, prompt)
                 finally:
@@ -317,6 +362,8 @@ class Dispatcher:
         p.in_flight += 1
         p.peak_in_flight = max(p.peak_in_flight, p.in_flight)
         p.last_request_started_at = time.monotonic()
+        self._requests[prompt.id] = InFlightRequest(endpoint.name, p.last_request_started_at,
+                                                    max_tokens)
         gone: str | None = None
         try:
             assert self._client is not None
@@ -331,6 +378,7 @@ class Dispatcher:
             gone = f"{type(exc).__name__}: {exc}"
         finally:
             p.in_flight -= 1
+            self._requests.pop(prompt.id, None)
         if gone is not None:
             await anyio.sleep(self.gone_grace_s)   # cancelled here if the server really went away
             answer = Retryable(f"connection to {endpoint.name} failed: {gone}")

@@ -23,6 +23,14 @@ class ServerProgress:
 
 
 @dataclass(frozen=True)
+class InFlightRequest:
+    """One request on the wire (what a graceful stop waits for, or cuts)."""
+    server: str
+    started: float        # time.monotonic() when it was sent
+    max_tokens: int
+
+
+@dataclass(frozen=True)
 class DispatchSnapshot:
     max_tokens: int
     paused: dict[str, str]                   # reason key -> why

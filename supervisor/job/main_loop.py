@@ -3,9 +3,12 @@
 Start: open the store, put what a killed daemon left in flight back to pending, import the
 prompts file (idempotent), then run the fleet of servers, the dispatcher, the shard writer,
 the uploader and telemetry side by side. The job ends when no prompt is pending or in flight
-(or, when asked, as soon as dispatch pauses); SIGTERM/SIGINT end it early. Either way the
-servers' process groups are stopped, every recorded outcome is committed and shards are
-synced before the store closes: the next start resumes exactly.
+(or, when asked, as soon as dispatch pauses); SIGTERM/SIGINT end it early, gracefully: the
+requests in flight get dispatch.stop_grace_s to finish (graceful_stop.py), a second signal
+cuts that short. Either way the servers' process groups are stopped, every recorded outcome
+is committed and shards are synced before the store closes: the next start resumes exactly.
+SIGHUP re-reads the config (reload.py). A job already finished at start launches no server:
+it only finishes its shards and uploads.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu import GpuSampler, GpuSource, NvmlSource
 from supervisor.job.end_policy import end_reason
 from supervisor.job.energy_ledger import EnergyLedger
+from supervisor.job.graceful_stop import GracefulStop
 from supervisor.job.status import JobStatus
 from supervisor.job.status_builder import StatusBuilder
 from supervisor.job.store_setup import JobError, open_job_store
@@ -57,8 +61,13 @@ class Job:
                  exit_when_paused: bool = False,
                  on_status: Callable[[JobStatus], None] | None = None,
                  status_interval_s: float = 1.0, gpu_source: GpuSource | None = None,
-                 handle_signals: bool = True) -> None:
+                 handle_signals: bool = True,
+                 reload_config: Callable[[], JobConfig] | None = None) -> None:
         self.config = config
+        # How SIGHUP re-reads the config (as it was read at start), and the config as last
+        # read (what a reload is compared with).
+        self.reload_config = reload_config
+        self.file_config = config
         self.fleet_options = fleet_options
         self.exit_when_paused = exit_when_paused
         self.on_status = on_status
@@ -76,6 +85,10 @@ class Job:
         self._reason = "stopped"
         self._status: StatusBuilder | None = None
         self.node_state: Any = None
+        self._stop: GracefulStop | None = None
+        self._stop_requested = anyio.Event()
+        self.reload_lock = anyio.Lock()
+        self.task_group: anyio.abc.TaskGroup | None = None   # where a reload's roll runs
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -140,8 +153,6 @@ class Job:
                 self.systemd.stopped()
 
     async def _run(self, astore: AsyncStore, bound: BoundSocket) -> JobResult:
-        from supervisor.control.server import ControlServer
-
         cfg = self.config
         status = self._status = StatusBuilder(astore, self._started)
         spool = spool_dir(cfg)
@@ -163,30 +174,31 @@ class Job:
         backup = self.node_state.runner(dispatcher) if self.node_state is not None else None
         # A first verdict before any server is up: never start dispatching onto a full disk.
         await anyio.to_thread.run_sync(disk_guard.check)
+        counts = await astore.call(Store.counts)
+        already_finished = counts.total > 0 and counts.pending + counts.in_flight == 0
         async with dispatcher.running():
             fleet = self.fleet = status.fleet = Fleet(cfg, astore, dispatcher, self.fleet_options)
             await astore.call(Store.add_event, "job_started", "job",
-                              {"pid": os.getpid(), "servers": len(fleet.servers)},
+                              {"pid": os.getpid(), "servers": len(fleet.servers),
+                               "already_finished": already_finished},
                               "supervisor", time.time())
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(fleet.run, name="fleet")
-                control = ControlServer(self, astore, bound, cfg.control.interval_s,
-                                        self._control_status)
-                tg.start_soon(control.run, name="control socket")
-                tg.start_soon(gpu.run, name="gpu telemetry")
-                tg.start_soon(shards.run, name="shards")
-                tg.start_soon(uploader.run, name="uploads")
-                if backup is not None:
-                    tg.start_soon(backup.run, name="state backup")
-                # Samples free space in a thread; paused_reason() only reads the verdict.
-                tg.start_soon(disk_guard.run, name="disk guard")
-                if self.handle_signals:
-                    tg.start_soon(self._signals, tg.cancel_scope, name="signals")
-                await self._watch(status)
-                tg.cancel_scope.cancel()
+            if already_finished:
+                # Started again after the end: loading a model on every GPU only to stop it
+                # is minutes for nothing. Only what a killed daemon left running is stopped;
+                # the shards and uploads are finished below.
+                log.info("the job is already finished (%d done, %d failed): no server started",
+                         counts.done, counts.failed)
+                self._reason = "finished"
+                if fleet.options.cleanup_orphans:
+                    await fleet.stop_orphans()
+                self.systemd.ready()
+            else:
+                await self._supervise(astore, bound, status, shards, backup)
             # Everything that could produce an outcome has stopped; commit the rest.
             await dispatcher.flush()
         final = await status.build()
+        if final.finished:
+            self._reason = "finished"     # also when the last requests ended in a stop's grace
         # The last, partial shard is only cut when the job is complete: before that the
         # remainder keeps filling up to shard_size, so shards are whole except the last.
         await shards.sync(final.finished)
@@ -194,27 +206,108 @@ class Job:
             await uploader.drain()
         final = await status.build()
         await status.energy.save()
-        await astore.call(Store.add_event, "job_stopped", "job",
-                          {"reason": self._reason, "done": final.done, "failed": final.failed,
-                           "pending": final.pending}, "supervisor", time.time())
+        detail: dict[str, Any] = {"reason": self._reason, "done": final.done,
+                                  "failed": final.failed, "pending": final.pending}
+        if self._stop is not None and self._stop.report is not None:
+            detail.update(self._stop.report.as_detail())
+            log.warning("%s: %s", self._reason, self._stop.report.line())
+        await astore.call(Store.add_event, "job_stopped", "job", detail, "supervisor",
+                          time.time())
         if backup is not None:
             # Last, so the copy holds every outcome, the final shards' uploads and the stop.
             await backup.backup_now()
         return JobResult(final, self._reason)
+
+    async def _supervise(self, astore: AsyncStore, bound: BoundSocket, status: StatusBuilder,
+                         shards: ShardLoop, backup: Any) -> None:
+        """Servers, dispatch and the rest side by side, until the job ends or is stopped."""
+        from supervisor.control.server import ControlServer
+
+        cfg, fleet, gpu = self.config, self.fleet, self.gpu
+        uploader, disk_guard = self.uploader, self.disk_guard
+        assert fleet is not None and gpu is not None
+        assert uploader is not None and disk_guard is not None
+        async with anyio.create_task_group() as tg:
+            self.task_group = tg
+            tg.start_soon(fleet.run, name="fleet")
+            control = ControlServer(self, astore, bound, cfg.control.interval_s,
+                                    self._control_status)
+            tg.start_soon(control.run, name="control socket")
+            tg.start_soon(gpu.run, name="gpu telemetry")
+            tg.start_soon(shards.run, name="shards")
+            tg.start_soon(uploader.run, name="uploads")
+            if backup is not None:
+                tg.start_soon(backup.run, name="state backup")
+            # Samples free space in a thread; paused_reason() only reads the verdict.
+            tg.start_soon(disk_guard.run, name="disk guard")
+            if self.handle_signals:
+                tg.start_soon(self._signals, name="signals")
+            await self._watch(status)
+            if self._stop is not None:
+                await self._drain(status, self._stop)
+            self.task_group = None
+            tg.cancel_scope.cancel()
 
     async def _control_status(self, throughput: tuple[ThroughputPoint, ...],
                               events: tuple[Event, ...]) -> Status:
         assert self._status is not None
         return await self._status.control_status(self.config, throughput, events)
 
-    async def _signals(self, scope: anyio.CancelScope) -> None:
-        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+    async def _signals(self) -> None:
+        with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:
             async for signum in signals:
-                self._reason = f"stopped by {signal.Signals(signum).name}"
-                log.warning("%s: stopping servers and saving state", self._reason)
-                self.systemd.stopping(self._reason)
-                scope.cancel()
-                return
+                if signum == signal.SIGHUP:
+                    # systemctl reload: ExecReload sends it on the operator's behalf.
+                    if self.task_group is not None:
+                        self.task_group.start_soon(self.reload, "systemd", name="reload")
+                else:
+                    self.request_stop(signal.Signals(signum).name)
+
+    def request_stop(self, why: str) -> None:
+        """The first request drains gracefully; the next one cuts the grace short."""
+        if self._stop is not None:
+            log.warning("second %s: cutting the grace short, stopping the servers", why)
+            self._stop.cut(f"second {why}")
+            return
+        self._reason = f"stopped by {why}"
+        grace = self.config.dispatch.stop_grace_s
+        in_flight = len(self.dispatcher.in_flight_requests()) if self.dispatcher else 0
+        log.warning("%s: claiming nothing more; %d requests in flight get up to %g s to finish "
+                    "(%s again cuts this short)", self._reason, in_flight, grace, why)
+        self._stop = GracefulStop(grace)
+        if self.dispatcher is not None:
+            # At once, not when the drain task starts: no request may begin in between.
+            self.dispatcher.stop_claiming()
+            self._stop.completed_at_signal = self.dispatcher.completed_total()
+        if self._status is not None:
+            self._status.stop = self._stop
+        self.systemd.stopping(f"DRAINING: {in_flight} requests in flight, up to {grace:g} s")
+        self._stop_requested.set()
+
+    async def _drain(self, status: StatusBuilder, stop: GracefulStop) -> None:
+        """The grace: requests in flight finish while STATUS= and the watchdog pings go on
+        (a drain longer than WatchdogSec must not look like a wedged daemon)."""
+        assert self.dispatcher is not None
+        async with anyio.create_task_group() as tg:
+            async def drain() -> None:
+                await stop.drain(self.dispatcher)
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(drain)
+            while True:
+                snapshot = await status.build()
+                if self.on_status is not None:
+                    self.on_status(snapshot)
+                self.systemd.progress(snapshot)
+                await anyio.sleep(min(self.status_interval_s, 1.0))
+
+    async def reload(self, actor: str = "systemd") -> str:
+        """Re-read the config file and apply what changed; see reload.py."""
+        from supervisor.job.reload import reload_job
+        line = await reload_job(self, actor)
+        if self._status is not None:
+            self._status.last_reload = line
+        return line
 
     async def _watch(self, status: StatusBuilder) -> None:
         """Until the job is finished (or paused, when asked to stop then)."""
@@ -229,7 +322,10 @@ class Job:
             if reason is not None:
                 self._reason = reason
                 return
-            await anyio.sleep(self.status_interval_s)
+            if self._stop is not None:
+                return
+            with anyio.move_on_after(self.status_interval_s):
+                await self._stop_requested.wait()
 
     async def _apply_disk_guard(self) -> None:
         if self.disk_guard is None or self.dispatcher is None:

@@ -32,6 +32,8 @@ class JobStatus:
     disk_paused: str | None = None
     length_eta: EtaEstimate | None = None  # the length-aware ETA
     energy: EnergySnapshot | None = None
+    stopping: str | None = None            # a graceful stop in progress: "draining: ..."
+    last_reload: str | None = None         # the last config reload's outcome, one line
 
     @property
     def remaining(self) -> int:
@@ -118,6 +120,10 @@ def progress_line(s: JobStatus) -> str:
             parts.append(f"UPLOADS STOPPED: {u.stopped}")
     if s.dispatch.paused:
         parts.append("PAUSED: " + "; ".join(s.dispatch.paused.values()))
+    if s.stopping:
+        # First, so systemctl status shows it even when the line is cut.
+        head, _, rest = s.stopping.partition(": ")
+        parts.insert(0, f"{head.upper()}: {rest}" if rest else head.upper())
     return "  ".join(parts)
 
 

@@ -12,6 +12,7 @@ from supervisor.control.contract import Event, Status, ThroughputPoint
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu.sampler import GpuSampler
 from supervisor.job.energy_ledger import EnergyLedger
+from supervisor.job.graceful_stop import GracefulStop
 from supervisor.job.status import JobStatus
 from supervisor.servers.fleet import Fleet
 from supervisor.uploads.disk_guard import DiskGuard
@@ -29,6 +30,8 @@ class StatusBuilder:
         self.uploader: Uploader | None = None
         self.disk_guard: DiskGuard | None = None
         self.energy: EnergyLedger | None = None
+        self.stop: GracefulStop | None = None     # once SIGTERM came
+        self.last_reload: str | None = None
         self.last: JobStatus | None = None
 
     async def build(self) -> JobStatus:
@@ -57,7 +60,10 @@ class StatusBuilder:
             dispatch=snap, servers=servers, gpu=gpu,
             uploads=self.uploader.status() if self.uploader is not None else None,
             disk_paused=self.disk_guard.paused_reason() if self.disk_guard is not None else None,
-            length_eta=eta, energy=energy)
+            length_eta=eta, energy=energy,
+            stopping=(self.stop.describe(len(self.dispatcher.in_flight_requests()))
+                      if self.stop is not None and self.stop.active else None),
+            last_reload=self.last_reload)
         self.last = status
         return status
 

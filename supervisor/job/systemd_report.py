@@ -33,6 +33,15 @@ class SystemdReport:
             self.notifier.send(watchdog=1)
             self._last_ping = now
 
+    def reloading(self) -> None:
+        """RELOADING=1 with the CLOCK_MONOTONIC time systemd (Type=notify-reload, v253+)
+        requires; older systemd ignores the field. READY=1 must follow: reloaded()."""
+        usec = time.clock_gettime_ns(time.CLOCK_MONOTONIC) // 1000
+        self.notifier.send(reloading=1, monotonic_usec=usec, status="reloading the config")
+
+    def reloaded(self, outcome: str) -> None:
+        self.notifier.send(ready=1, status=outcome)
+
     def stopping(self, reason: str) -> None:
         self.notifier.send(stopping=1, status=reason)
 

@@ -102,6 +102,15 @@ class Uploader:
         """New shards were written: look now rather than at the next idle tick."""
         self._wake.set()
 
+    def reconfigure(self, *, concurrency: int, keep_local: bool, backoff: Backoff,
+                    drain_timeout_s: float) -> None:
+        """A reloaded config: uploads started from now on follow it."""
+        self.concurrency = concurrency
+        self._limiter.total_tokens = concurrency
+        self.keep_local = keep_local or not self.sink.removes_local
+        self.backoff = backoff
+        self.drain_timeout_s = drain_timeout_s
+
     def status(self) -> UploadStatus:
         bytes_s, shards_s = self._rate.rates(self.clock())
         return UploadStatus(

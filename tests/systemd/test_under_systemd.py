@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.demo_prompts import write_demo_prompts
+from supervisor.demo.prompts import write_demo_prompts
 from tests.support import read_db
 from tests.systemd.box import REPO, Box, why_not_runnable
 
@@ -205,7 +205,7 @@ def test_the_unit_lives_through_a_job_under_systemd(box: Box) -> None:
 
 
 def free_port_block() -> int:
-    from supervisor.demo import free_base_port
+    from supervisor.free_ports import free_base_port
     return free_base_port(2)
 
 

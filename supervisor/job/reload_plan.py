@@ -14,7 +14,7 @@ the job goes on with the config it has. Every changed key is then sorted into:
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from supervisor.config import ConfigError, JobConfig
 
@@ -152,12 +152,12 @@ def _check_max_tokens(value: int, new: JobConfig) -> None:
                             f"context length ({context}); nothing applied")
 
 
-def load_for_reload(path: str, current: JobConfig) -> tuple[JobConfig, ReloadPlan]:
-    """Parse, validate and plan; every refusal is ReloadRefused with one line."""
-    from supervisor.config import load_config
-
+def load_for_reload(load: Callable[[], JobConfig], current: JobConfig
+                    ) -> tuple[JobConfig, ReloadPlan]:
+    """Re-read the config (`load`: the same reading the daemon started with), validate and
+    plan; every refusal is ReloadRefused with one line."""
     try:
-        new = load_config(path)
+        new = load()
     except ConfigError as exc:
         raise ReloadRefused(f"invalid config: {exc}; nothing applied") from None
     return new, plan_reload(current, new)

@@ -3,7 +3,8 @@ server's per-request decode rate, capped at its max tokens."""
 
 from __future__ import annotations
 
-from supervisor.graceful_stop import InFlightRequest, StopReport, estimate_discarded_tokens
+from supervisor.dispatch.progress import InFlightRequest
+from supervisor.job.graceful_stop import StopReport, estimate_discarded_tokens
 
 
 def test_tokens_share_the_server_rate_between_its_requests():

@@ -11,22 +11,13 @@ with them (each cut request's age times its server's per-request decode rate).
 
 from __future__ import annotations
 
-import logging
 import time
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import anyio
 
-log = logging.getLogger("supervisor.job")
-
-
-@dataclass(frozen=True)
-class InFlightRequest:
-    server: str
-    started: float        # time.monotonic() when it was sent
-    max_tokens: int
-
+from supervisor.dispatch.progress import InFlightRequest
 
 @dataclass(frozen=True)
 class StopReport:
@@ -74,6 +65,8 @@ class GracefulStop:
         self._cut = anyio.Event()
         self._cut_reason: str | None = None
         self.report: StopReport | None = None
+        # Outcomes counted when the stop was asked for (the drain starts a moment later).
+        self.completed_at_signal: int | None = None
 
     @property
     def active(self) -> bool:
@@ -98,8 +91,10 @@ class GracefulStop:
         `dispatcher` gives stop_claiming(), in_flight_requests(), completed_total() and
         server_tok_per_s()."""
         self.started = self.clock()
-        await dispatcher.stop_claiming()
-        completed_at_start = dispatcher.completed_total()
+        dispatcher.stop_claiming()      # already done by the job at the signal; idempotent
+        completed_at_start = self.completed_at_signal
+        if completed_at_start is None:
+            completed_at_start = dispatcher.completed_total()
         with anyio.move_on_after(self.grace_s):
             while dispatcher.in_flight_requests() and not self._cut.is_set():
                 with anyio.move_on_after(poll_s):

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import parse_config
-from supervisor.config_reload import ReloadRefused, diff, load_for_reload, plan_reload
+from supervisor.config import load_config, parse_config
+from supervisor.job.reload_plan import ReloadRefused, diff, load_for_reload, plan_reload
 
 BASE = {"servers": {"count": 2, "model_path": "m",
                     "flags": {"max-running-requests": 8, "context-length": 4096}}}
@@ -78,8 +78,8 @@ def test_a_bad_file_is_refused_with_one_line(tmp_path: Path):
     path = tmp_path / "job.toml"
     path.write_text('[servers]\ncount = 2\nmodel_path = "m"\n[dispatch]\nmax_atempts = 3\n')
     with pytest.raises(ReloadRefused) as err:
-        load_for_reload(str(path), cfg())
+        load_for_reload(lambda: load_config(path), cfg())
     assert str(err.value).startswith("invalid config: dispatch.max_atempts: unknown key")
     path.write_text("[servers\n")
     with pytest.raises(ReloadRefused, match="not valid TOML"):
-        load_for_reload(str(path), cfg())
+        load_for_reload(lambda: load_config(path), cfg())

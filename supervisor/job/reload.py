@@ -1,0 +1,121 @@
+"""`systemctl reload` (SIGHUP): re-read the config file and apply what changed.
+
+reload_plan.py parses, validates and sorts the changes; a refusal touches nothing. Applying
+only assigns (everything that can fail was checked while planning): live settings first,
+then (in the background, like an operator's retune) the rolling restart for changed server
+flags. Each reload, applied or refused, is a `config_reload` audit event listing the changes.
+systemd is told RELOADING=1 at the start and READY=1 at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import replace
+from typing import Any
+
+import anyio
+
+from state.store import Store
+from supervisor.config import JobConfig
+from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused, load_for_reload
+
+log = logging.getLogger("supervisor.job")
+
+
+async def reload_job(job: Any, actor: str) -> str:
+    """Returns the outcome's one line (also logged, sent as STATUS= and audited)."""
+    async with job.reload_lock:
+        job.systemd.reloading()
+        event: dict[str, Any]
+        try:
+            if job.reload_config is None:
+                raise ReloadRefused("this job was not started from a config file")
+            new, plan = await anyio.to_thread.run_sync(
+                load_for_reload, job.reload_config, job.file_config)
+        except ReloadRefused as exc:
+            line = f"reload refused: {exc}"
+            log.error("%s (the job goes on with the config it has)", line)
+            event = {"result": "refused", "error": str(exc)}
+        else:
+            await apply_reload(job, new, plan, actor, job.task_group)
+            job.file_config = new
+            line = f"reload applied: {plan.summary()}"
+            if plan.rolling:
+                line += " (rolling restart of the servers)"
+            log.warning("%s", line)
+            event = {"result": "applied", "rolling_restart": bool(plan.rolling),
+                     "changes": {c.key: c.as_json() for c in plan.changes}}
+        if job.dispatcher is not None:
+            await job.dispatcher.astore.call(Store.add_event, "config_reload", "job", event,
+                                             actor, time.time())
+        job.systemd.reloaded(line)
+        return line
+
+
+async def apply_reload(job: Any, new: JobConfig, plan: ReloadPlan, actor: str,
+                       tg: anyio.abc.TaskGroup | None) -> None:
+    dispatcher, fleet = job.dispatcher, job.fleet
+    job.config = new
+    if dispatcher is not None:
+        dispatcher.use_config(new)
+        if plan.changed("generation.max_tokens"):
+            # Exactly what an operator's max-tokens action does (setting kept, event written).
+            await dispatcher.set_max_tokens(plan.value("generation.max_tokens"), actor)
+    if fleet is not None:
+        _servers_live(fleet, new, plan)
+    _uploads_live(job, new, plan)
+    if fleet is not None and plan.rolling and tg is not None:
+        tg.start_soon(_roll, fleet, new, plan, actor, name="reload: rolling restart")
+
+
+def _servers_live(fleet: Any, new: JobConfig, plan: ReloadPlan) -> None:
+    timings = {c.key.split(".", 1)[1]: c.new for c in plan.live
+               if c.key.startswith("servers.") and c.key.split(".", 1)[1] in SERVER_TIMINGS}
+    for server in fleet.servers.values():
+        if timings:
+            # Each server reads its own [servers] copy at its next check or life; its flags
+            # (possibly retuned from the control socket) stay as they are.
+            server.servers = replace(server.servers, **timings)
+            policy = server.policy
+            policy.initial_s = server.servers.backoff_initial_s
+            policy.max_s = server.servers.backoff_max_s
+            policy.max_failures = server.servers.max_failures
+            policy.window_s = server.servers.failure_window_s
+        # Slots are sized when a server starts: a new in-flight limit takes the rolling restart.
+        server.dispatch = new.dispatch
+    fleet.config = replace(fleet.config, servers=replace(fleet.config.servers, **timings),
+                           dispatch=new.dispatch)
+
+
+def _uploads_live(job: Any, new: JobConfig, plan: ReloadPlan) -> None:
+    u = new.uploads
+    uploader = job.uploader
+    if uploader is not None and any(c.key.startswith("uploads.") for c in plan.live):
+        from supervisor.uploads.backoff import Backoff
+
+        uploader.reconfigure(concurrency=u.concurrency, keep_local=u.keep_local,
+                             backoff=Backoff(u.retry_initial_s, u.retry_max_s),
+                             drain_timeout_s=u.drain_timeout_s)
+    guard = job.disk_guard
+    if guard is not None and plan.changed("uploads.min_free_bytes"):
+        guard.min_free_bytes = u.min_free_bytes
+        guard.resume_free_bytes = _resume_bytes(u.min_free_bytes)
+
+
+def _resume_bytes(min_free_bytes: int) -> int:
+    from supervisor.uploads.disk_guard import RESUME_MARGIN
+    return int(min_free_bytes * (1 + RESUME_MARGIN))
+
+
+async def _roll(fleet: Any, new: JobConfig, plan: ReloadPlan, actor: str) -> None:
+    delta = plan.flag_delta()
+    if delta:
+        result = await fleet.retune(delta, None, actor)
+    else:
+        result = await fleet.restart(None, actor)
+    if result.ok:
+        log.info("reload: rolling restart done (%s)", ", ".join(result.restarted))
+    else:
+        # The servers not reached keep their working flags (see Fleet.retune).
+        log.error("reload: rolling restart stopped at %s: %s", result.aborted_at, result.reason)
