@@ -16,7 +16,22 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 REPO = Path(__file__).resolve().parents[2]
-TOOL = REPO.parent / "shared" / "tools" / "systemd-box"
+
+
+
+def _find_tool() -> Path:
+    """../shared/tools/systemd-box beside the checkout (or beside a folder holding it, as for a
+    git worktree), unless $SYSTEMD_BOX names it."""
+    if os.environ.get("SYSTEMD_BOX"):
+        return Path(os.environ["SYSTEMD_BOX"])
+    for folder in REPO.parents:
+        candidate = folder / "shared" / "tools" / "systemd-box"
+        if candidate.exists():
+            return candidate
+    return REPO.parent / "shared" / "tools" / "systemd-box"
+
+
+TOOL = _find_tool()
 SHARED_ROOT = Path(os.environ.get("SYSTEMD_BOX_DIR", "/var/tmp/systemd-box")) / "rootfs"
 
 
