@@ -97,7 +97,8 @@ def test_example_config_through_the_cli_prints_every_server_command() -> None:
     for gpu, line in enumerate(commands):
         env, *argv = shlex.split(line)
         assert env == f"CUDA_VISIBLE_DEVICES={gpu}"
-        assert argv == ["python", "-m", "sglang.launch_server",
+        # Absolute: under systemd the venv is on no PATH.
+        assert argv == ["/opt/dflash-supervisor/bin/python", "-m", "sglang.launch_server",
                         "--model-path", "/models/hybrid-mamba-8b", "--host", "127.0.0.1",
                         "--port", str(30000 + gpu), "--mem-fraction-static", "0.88",
                         "--max-running-requests", "48", "--max-mamba-cache-size", "160",

@@ -44,6 +44,11 @@ hang_timeout_s = 30.0
 stop_grace_s = 2.0
 backoff_initial_s = 0.1
 
+[dispatch]
+# No grace: this test is about the servers' process groups at the stop, and a hung server
+# would otherwise be noticed and restarted by its health watcher during the grace.
+stop_grace_s = 0
+
 [servers.flags]
 max-running-requests = 8
 sim-children = 2

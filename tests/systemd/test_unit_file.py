@@ -95,7 +95,8 @@ def test_security_exposure_stays_at_the_readme_figure(tmp_path):
     assert f"after: **{last[0].split(': ')[1].split()[0]}" in readme, last
 
 
-@pytest.mark.skipif(shutil.which("systemd-sysusers") is None, reason="systemd-sysusers not installed")
+@pytest.mark.skipif(shutil.which("systemd-sysusers") is None,
+                    reason="systemd-sysusers not installed")
 def test_sysusers_creates_the_service_user_in_the_gpu_groups(tmp_path):
     (tmp_path / "etc").mkdir()
     out = subprocess.run(["systemd-sysusers", f"--root={tmp_path}", str(SYSUSERS)],
