@@ -70,8 +70,12 @@ def report(s: c.Status, source: str) -> str:
            f"         {j.pending} pending, {j.in_flight} in flight, {j.failed} failed; "
            f"max tokens {s.max_tokens}" + (f" (context {s.context_length})"
                                            if s.context_length else "")]
+    if s.stopping:
+        out.append(f"STOPPING {s.stopping}")
     for p in s.paused:
         out.append(f"PAUSED   ({p.source}) {p.reason}")
+    if s.last_reload:
+        out.append(f"config   {s.last_reload}")
     if s.quality.tripped:
         out.append(f"quality  {s.quality.tripped}")
     out.append("servers  name      state     in-flight  req/s  restarts  uptime   last exit")

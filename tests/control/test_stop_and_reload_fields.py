@@ -1,0 +1,22 @@
+"""The status contract carries a graceful stop in progress and the last reload's outcome;
+`dflash-supervisor status` prints them."""
+
+from __future__ import annotations
+
+from supervisor.control.contract import Status
+from supervisor.control.text import report
+from tests.control.samples import status
+
+
+def test_stopping_and_last_reload_round_trip_and_print():
+    s = status(stopping="draining: 3 requests in flight, 40 s of grace left",
+               last_reload="reload applied: generation.max_tokens 4096 -> 8192")
+    assert Status.from_json(s.to_json()) == s
+    text = report(s, "/run/dflash-supervisor/control.sock").splitlines()
+    assert "STOPPING draining: 3 requests in flight, 40 s of grace left" in text
+    assert "config   reload applied: generation.max_tokens 4096 -> 8192" in text
+
+
+def test_a_running_daemon_prints_neither():
+    text = report(status(), "/run/dflash-supervisor/control.sock")
+    assert "STOPPING" not in text and "config   " not in text
