@@ -98,8 +98,8 @@ def box(tmp_path: Path):
         pytest.skip(why)
     b = Box(tmp_path / "box")
     venv = Path(sys.prefix).resolve()
-    b.up(REPO, *([] if venv.is_relative_to(REPO) else [venv]))
     try:
+        b.up(REPO, *([] if venv.is_relative_to(REPO) else [venv]))
         yield b
     finally:
         b.down()
@@ -107,6 +107,7 @@ def box(tmp_path: Path):
 
 def test_the_unit_lives_through_a_job_under_systemd(box: Box) -> None:
     install(box, free_port_block())
+
     def q(sql: str, *args: object) -> list[tuple]:
         # Inside the box, with its sqlite3, read-only: the way an operator there would.
         for arg in args:
