@@ -131,3 +131,13 @@ def test_gpu_cells_sum_a_tensor_parallel_server_and_say_na() -> None:
     no_power = {0: replace(gpus[0], power_w=None, power_limit_w=None)}
     assert gpu_cells(s.servers[0], no_power) == ("n/a", "96%", "74/80")
     assert ServerState.FAILED.value == "FAILED"
+
+
+def test_bars_start_at_zero_and_keep_the_newest_on_the_right() -> None:
+    from tui.bar_chart import bar_rows, bucket_means
+    assert bar_rows([0, 4, 8], 1) == [" ▄█"]
+    # A dip from 9.4 to 9.0 stays a small dip (scaled from zero, not from the minimum).
+    assert bar_rows([9.4, 9.0], 1) == ["██"]
+    assert bar_rows([1, 2], 2, peak=2) == [" █", "██"]
+    assert bucket_means([1, 2, 3], 5) == [1, 2, 3]
+    assert bucket_means([1, 1, 3, 3, 5, 5], 3) == [1, 3, 5]

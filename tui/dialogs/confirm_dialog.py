@@ -1,4 +1,7 @@
-"""Yes/no before an action that interrupts work (a restart, a requeue)."""
+"""Yes/no before an action that interrupts work (a restart, a requeue).
+
+One instance serves every question: it is installed once and `ask()`ed before each push, so
+opening it costs no compose or styling (a key press must show its answer quickly)."""
 
 from __future__ import annotations
 
@@ -15,21 +18,27 @@ class ConfirmDialog(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No"),
     ]
 
-    def __init__(self, title: str, question: str, yes: str = "Yes") -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.title_text = title
-        self.question = question
-        self.yes = yes
+        self.title_text = ""
+        self.question = ""
+        self.yes = "Yes"
+
+    def ask(self, title: str, question: str, yes: str = "Yes") -> ConfirmDialog:
+        self.title_text, self.question, self.yes = title, question, yes
+        return self
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog") as box:
-            box.border_title = self.title_text
-            yield Static(self.question, markup=False, classes="dialog-text")
+        with Vertical(classes="dialog"):
+            yield Static("", markup=False, classes="dialog-text", id="question")
             with Horizontal(classes="dialog-buttons"):
-                yield Button(f"{self.yes} (y)", variant="warning", id="yes")
+                yield Button("", variant="warning", id="yes")
                 yield Button("Cancel (n)", id="no")
 
-    def on_mount(self) -> None:
+    def on_screen_resume(self) -> None:
+        self.query_one(".dialog").border_title = self.title_text
+        self.query_one("#question", Static).update(self.question)
+        self.query_one("#yes", Button).label = f"{self.yes} (y)"
         self.query_one("#no", Button).focus()
 
     def on_button_pressed(self, event: Button.Pressed) -> None:

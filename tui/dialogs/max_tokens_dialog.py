@@ -1,5 +1,6 @@
 """Set max tokens live: the current value doubled as the default, with "requeue truncated"
-offered so the prompts cut off at the old limit run again at the new one."""
+offered so the prompts cut off at the old limit run again at the new one.
+Installed once; `prepare()` before each push fills in the current figures."""
 
 from __future__ import annotations
 
@@ -18,37 +19,52 @@ class MaxTokensChoice:
     requeue_truncated: bool
 
 
+def proposed(current: int, context_length: int | None) -> int:
+    """Twice the current limit, kept below the context length (SGLang refuses at or past it)."""
+    value = current * 2
+    if context_length is not None and value >= context_length:
+        value = max(current, context_length // 2)
+    return value
+
+
 class MaxTokensDialog(ModalScreen[MaxTokensChoice | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, current: int, context_length: int | None,
-                 truncated: int | None) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.current = current
-        self.context_length = context_length
-        self.truncated = truncated
+        self.current = 0
+        self.context_length: int | None = None
+        self.truncated: int | None = None
+
+    def prepare(self, current: int, context_length: int | None,
+                truncated: int | None) -> MaxTokensDialog:
+        self.current, self.context_length, self.truncated = current, context_length, truncated
+        return self
 
     def compose(self) -> ComposeResult:
-        proposed = self.current * 2
-        if self.context_length is not None and proposed >= self.context_length:
-            proposed = max(self.current, self.context_length // 2)
-        limit = (f" (below the context length, {self.context_length:,})"
-                 if self.context_length else "")
-        how_many = f"{self.truncated:,} " if self.truncated is not None else ""
         with Vertical(classes="dialog") as box:
             box.border_title = "Max tokens"
-            yield Static(f"Now {self.current:,}. New limit{limit}; requests in flight "
-                         "finish at the old one.", classes="dialog-text")
-            yield Input(str(proposed), type="integer", id="value")
-            yield Checkbox(f"Also requeue the {how_many}truncated prompts", value=True,
-                           id="requeue")
+            yield Static("", classes="dialog-text", id="about")
+            yield Input("", type="integer", id="value")
+            yield Checkbox("", value=True, id="requeue")
             yield Static("", id="error", classes="dialog-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Set (enter)", variant="primary", id="ok")
                 yield Button("Cancel (esc)", id="cancel")
 
-    def on_mount(self) -> None:
-        self.query_one("#value", Input).focus()
+    def on_screen_resume(self) -> None:
+        limit = (f" (below the context length, {self.context_length:,})"
+                 if self.context_length else "")
+        how_many = f"{self.truncated:,} " if self.truncated is not None else ""
+        self.query_one("#about", Static).update(
+            f"Now {self.current:,}. New limit{limit}; requests in flight finish at the old one.")
+        field = self.query_one("#value", Input)
+        field.value = str(proposed(self.current, self.context_length))
+        requeue = self.query_one("#requeue", Checkbox)
+        requeue.label = f"Also requeue the {how_many}truncated prompts"
+        requeue.value = True
+        self.query_one("#error", Static).update("")
+        field.focus()
 
     def on_input_submitted(self) -> None:
         self._submit()

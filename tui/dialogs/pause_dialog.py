@@ -1,4 +1,5 @@
-"""Pause dispatch with a reason (it is recorded in the audit trail and shown to everyone)."""
+"""Pause dispatch with a reason (it is recorded in the audit trail and shown to everyone).
+Installed once; each opening starts from the default reason."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
+
+DEFAULT_REASON = "paused by operator"
 
 
 class PauseDialog(ModalScreen[str | None]):
@@ -17,13 +20,15 @@ class PauseDialog(ModalScreen[str | None]):
             box.border_title = "Pause dispatch"
             yield Static("No new requests are sent; those in flight finish. The servers "
                          "keep running. Why?", classes="dialog-text")
-            yield Input("paused by operator", id="reason")
+            yield Input(DEFAULT_REASON, id="reason")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Pause (enter)", variant="warning", id="ok")
                 yield Button("Cancel (esc)", id="cancel")
 
-    def on_mount(self) -> None:
-        self.query_one("#reason", Input).focus()
+    def on_screen_resume(self) -> None:
+        field = self.query_one("#reason", Input)
+        field.value = DEFAULT_REASON
+        field.focus()
 
     def on_input_submitted(self) -> None:
         self._submit()
@@ -35,7 +40,7 @@ class PauseDialog(ModalScreen[str | None]):
             self.dismiss(None)
 
     def _submit(self) -> None:
-        self.dismiss(self.query_one("#reason", Input).value.strip() or "paused by operator")
+        self.dismiss(self.query_one("#reason", Input).value.strip() or DEFAULT_REASON)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -1,5 +1,6 @@
 """Retune SGLang flags: lists what the selected server runs with, takes `name=value` changes,
-and applies them to that server or to all (a rolling restart either way)."""
+and applies them to that server or to all (a rolling restart either way).
+Installed once; `prepare(server)` before each push."""
 
 from __future__ import annotations
 
@@ -25,22 +26,22 @@ class RetuneChoice:
 class RetuneDialog(ModalScreen[RetuneChoice | None]):
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, server: ServerStatus) -> None:
-        super().__init__()
+    server: ServerStatus
+
+    def prepare(self, server: ServerStatus) -> RetuneDialog:
         self.server = server
+        return self
 
     def compose(self) -> ComposeResult:
-        with Vertical(classes="dialog wide") as box:
-            box.border_title = f"Retune flags ({self.server.name} runs with)"
+        with Vertical(classes="dialog wide"):
             with VerticalScroll(id="current-flags"):
-                yield Static(show_flags(self.server.flags), markup=False)
+                yield Static("", markup=False, id="flags-now")
             yield Static("Changes, as name=value (an empty value removes a flag; quote a "
                          "repeated value: cuda-graph-bs='1 2 4 8'):",
                          classes="dialog-text")
             yield Input(placeholder="max-running-requests=48 mem-fraction-static=0.85",
                         id="flags")
-            yield Checkbox(f"Only {self.server.name} (otherwise all servers, one at a time)",
-                           value=False, id="only")
+            yield Checkbox("", value=False, id="only")
             yield Checkbox("Allow flags not set yet (a typo guard otherwise)", value=False,
                            id="add")
             yield Static("", id="error", classes="dialog-error")
@@ -48,8 +49,18 @@ class RetuneDialog(ModalScreen[RetuneChoice | None]):
                 yield Button("Retune (enter)", variant="warning", id="ok")
                 yield Button("Cancel (esc)", id="cancel")
 
-    def on_mount(self) -> None:
-        self.query_one("#flags", Input).focus()
+    def on_screen_resume(self) -> None:
+        name = self.server.name
+        self.query_one(".dialog").border_title = f"Retune flags ({name} runs with)"
+        self.query_one("#flags-now", Static).update(show_flags(self.server.flags))
+        only = self.query_one("#only", Checkbox)
+        only.label = f"Only {name} (otherwise all servers, one at a time)"
+        only.value = False
+        self.query_one("#add", Checkbox).value = False
+        self.query_one("#error", Static).update("")
+        field = self.query_one("#flags", Input)
+        field.value = ""
+        field.focus()
 
     def on_input_submitted(self) -> None:
         self._submit()

@@ -68,6 +68,29 @@ class MainScreen(Screen[None]):
         super().__init__()
         self.daemon = daemon
         self.readonly = readonly
+        self._paused_shown = False
+        # Built once and reused: opening a composed, styled dialog again costs a fraction of
+        # building it (a key press should show its answer within ~100 ms).
+        self.confirm_dialog = ConfirmDialog()
+        self.max_tokens_dialog = MaxTokensDialog()
+        self.pause_dialog = PauseDialog()
+        self.retune_dialog = RetuneDialog()
+        self.help_screen = HelpScreen(ServerTable.BINDINGS + self.BINDINGS, readonly)
+
+    def _dialogs(self) -> tuple[Screen[object], ...]:
+        return (self.confirm_dialog, self.max_tokens_dialog, self.pause_dialog,
+                self.retune_dialog, self.help_screen)
+
+    def on_mount(self) -> None:
+        # Installed, a dialog survives being dismissed; one set per main screen (the fleet
+        # view opens one main screen per node).
+        for dialog in self._dialogs():
+            self.app.install_screen(dialog, name=f"{type(dialog).__name__}-{id(self)}")
+
+    def on_unmount(self) -> None:
+        for dialog in self._dialogs():
+            if dialog not in self.app.screen_stack:    # at exit one may still be open
+                self.app.uninstall_screen(dialog)
 
     def compute_alerts(self) -> tuple[Alert, ...]:
         return alerts(self.status, self.link, self.events)
@@ -89,8 +112,13 @@ class MainScreen(Screen[None]):
         self.set_class(self.size.height < SHORT_ROWS, "-short")
         self.set_class(self.size.height < TINY_ROWS, "-tiny")
 
-    def watch_status(self) -> None:
-        self.refresh_bindings()   # pause/resume follow the daemon's state
+    def watch_status(self, status: Status | None) -> None:
+        # Pause/resume follow the daemon's state. Only on a change: refreshing the bindings
+        # rebuilds the footer, the costliest thing on this screen.
+        paused = status is not None and bool(status.paused)
+        if paused != self._paused_shown:
+            self._paused_shown = paused
+            self.refresh_bindings()
 
     # -- which keys are offered ---------------------------------------------------------------
 
@@ -134,9 +162,8 @@ class MainScreen(Screen[None]):
                     choice.value, requeue_truncated=choice.requeue_truncated),
                     answer_text.max_tokens)
 
-        self.app.push_screen(
-            MaxTokensDialog(s.max_tokens, s.context_length, s.job.requeueable_truncated),
-            chosen)
+        self.app.push_screen(self.max_tokens_dialog.prepare(
+            s.max_tokens, s.context_length, s.job.requeueable_truncated), chosen)
 
     def action_requeue(self) -> None:
         s = self.status
@@ -157,7 +184,7 @@ class MainScreen(Screen[None]):
             if reason is not None:
                 self.act("pause", lambda: self.daemon.pause(reason), answer_text.pause)
 
-        self.app.push_screen(PauseDialog(), chosen)
+        self.app.push_screen(self.pause_dialog, chosen)
 
     def action_resume(self) -> None:
         s = self.status
@@ -175,7 +202,7 @@ class MainScreen(Screen[None]):
                                        answer_text.restart))
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(ServerTable.BINDINGS + self.BINDINGS, self.readonly))
+        self.app.push_screen(self.help_screen)
 
     # -- keys on the selected server (messages from the table) ------------------------------
 
@@ -207,7 +234,7 @@ class MainScreen(Screen[None]):
                 self.act("retune", lambda: self.daemon.retune(
                     choice.flags, server=choice.server, add=choice.add), answer_text.retune)
 
-        self.app.push_screen(RetuneDialog(event.server), chosen)
+        self.app.push_screen(self.retune_dialog.prepare(event.server), chosen)
 
     @on(ServerTable.LogRequested)
     def show_log(self, event: ServerTable.LogRequested) -> None:
@@ -219,4 +246,4 @@ class MainScreen(Screen[None]):
             if ok:
                 then()
 
-        self.app.push_screen(ConfirmDialog(title, question, yes), answered)
+        self.app.push_screen(self.confirm_dialog.ask(title, question, yes), answered)

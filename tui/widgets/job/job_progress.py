@@ -15,8 +15,16 @@ from tui.text_flow import figure, flow
 
 
 class JobProgress(Widget):
-    # layout: the number of lines changes (a wrap, an error line), and the height is auto.
-    status: reactive[Status | None] = reactive(None, layout=True)
+    status: reactive[Status | None] = reactive(None)
+    _lines = 0
+
+    def watch_status(self) -> None:
+        # The height is auto: lay the screen out again only when the number of lines
+        # changes (a wrap, an error line), not on every snapshot (a layout costs far more).
+        lines = self.get_content_height(self.size, self.size, self.size.width)
+        if lines != self._lines:
+            self._lines = lines
+            self.refresh(layout=True)
 
     def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
         # Lines depend on the width (figures wrap between, never inside, themselves): lay

@@ -13,9 +13,9 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from supervisor.control.contract import Histogram, Status
+from tui.bar_chart import bar_rows
 from tui.formatting import count
 
-_BLOCKS = " ▁▂▃▄▅▆▇█"
 
 
 def columns(h: Histogram, width: int) -> tuple[list[float], int, int]:
@@ -60,19 +60,14 @@ class LengthHistogram(Widget):
             return title + Text("\n no completions yet", style="dim")
         rows = height - 2
         values, top, marker = columns(h, width)
-        peak = max(values) or 1.0
-        eighths = [round(v / peak * rows * 8) for v in values]
         lines = [title]
-        for r in range(rows):
-            level = (rows - 1 - r) * 8
-            line = Text()
-            for c, e in enumerate(eighths):
-                fill = min(8, max(0, e - level))
-                if c == marker:
-                    line.append(_BLOCKS[fill] if fill else "┃", style="bold red")
-                else:
-                    line.append(_BLOCKS[fill], style="cyan")
-            lines.append(line)
+        for line in bar_rows(values, rows):
+            text = Text(line, style="cyan")
+            # The marker column: its bar in red, and a red rule where it has none.
+            cell = line[marker]
+            text = text[:marker] + Text(cell if cell != " " else "┃", style="bold red") + \
+                text[marker + 1:]
+            lines.append(text)
         lines.append(self._axis(width, top, marker, h.max_tokens))
         return Text("\n").join(lines)
 

@@ -108,6 +108,7 @@ class ServerTable(DataTable[Text | str]):
     def __init__(self, readonly: bool = False, **kwargs: object) -> None:
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self.readonly = readonly
+        self._reset_offered = False
         for key, heading in COLUMNS:
             self.add_column(heading, key=key)
 
@@ -140,11 +141,19 @@ class ServerTable(DataTable[Text | str]):
                 for key, value in row_cells(s, gpus).items():
                     if self.get_cell(s.name, key) != value:
                         self.update_cell(s.name, key, value)
-        self.refresh_bindings()
+        self._offer_reset()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
-        # "Reset FAILED" is usable only on a FAILED row: the footer follows the cursor.
-        self.refresh_bindings()
+        self._offer_reset()
+
+    def _offer_reset(self) -> None:
+        # "Reset FAILED" is offered only on a FAILED row: the footer follows the cursor and
+        # the state. Only on a change: refreshing the bindings rebuilds the footer.
+        sel = self.selected
+        failed = sel is not None and sel.state is ServerState.FAILED
+        if failed != self._reset_offered:
+            self._reset_offered = failed
+            self.refresh_bindings()
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("restart", "reset", "retune"):
