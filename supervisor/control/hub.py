@@ -81,6 +81,7 @@ class Hub:
         self.last_event_id = 0
         self._throughput: deque[c.ThroughputPoint] = deque(maxlen=THROUGHPUT_POINTS)
         self._cached: tuple[float, c.Status] | None = None
+        self._cached_json: tuple[c.Status, bytes] | None = None
         self._building = anyio.Lock()
         self.closed = False
 
@@ -104,14 +105,29 @@ class Hub:
         return len(self._subscribers)
 
     async def status(self, max_age_s: float = 0.2) -> c.Status:
-        """A snapshot at most `max_age_s` old: a crowd of pollers shares one build."""
+        """A snapshot at most `max_age_s` old, or the last one while a new one is being
+        built: a crowd of pollers shares one build, and none waits behind the store's queue
+        (a build's counts wait their turn among the dispatcher's claims and commits, which
+        can take a second on a busy job) unless an action just changed what it shows."""
+        cached = self._cached
+        if cached is not None and (time.monotonic() - cached[0] <= max_age_s
+                                   or self._building.locked()):
+            return cached[1]
         async with self._building:
-            now = time.monotonic()
-            if self._cached is not None and now - self._cached[0] <= max_age_s:
-                return self._cached[1]
+            cached = self._cached
+            if cached is not None and time.monotonic() - cached[0] <= max_age_s:
+                return cached[1]        # built while we waited for the lock
             status = await self._build(tuple(self._throughput), tuple(self.events))
             self._cached = (time.monotonic(), status)
             return status
+
+    async def status_json(self, max_age_s: float = 0.2) -> bytes:
+        """The same snapshot serialised, once per snapshot however many ask for it."""
+        status = await self.status(max_age_s)
+        cached = self._cached_json
+        if cached is None or cached[0] is not status:
+            cached = self._cached_json = (status, status.to_json().encode())
+        return cached[1]
 
     def invalidate(self) -> None:
         """An action changed something: the next status is built fresh."""

@@ -28,9 +28,6 @@ log = logging.getLogger("supervisor.control")
 # Connections and requests at once; past it uvicorn answers 503 instead of queueing, so a
 # flood of clients costs the job nothing but refusals.
 MAX_CONCURRENCY = 256
-# Header bytes h11 buffers before it answers 400: a request line or headers this big are
-# not ours (request bodies are limited separately, by the app).
-MAX_HEADER_BYTES = 16 * 1024
 
 
 class _Server(uvicorn.Server):
@@ -59,8 +56,7 @@ class ControlServer:
                 app = build_app(self.hub, actions, self.causes)
                 config = uvicorn.Config(
                     app, http=PeerCredProtocol, ws="none", lifespan="off", log_config=None,
-                    access_log=False, limit_concurrency=MAX_CONCURRENCY,
-                    h11_max_incomplete_event_size=MAX_HEADER_BYTES, timeout_keep_alive=5,
+                    access_log=False, limit_concurrency=MAX_CONCURRENCY, timeout_keep_alive=5,
                     timeout_graceful_shutdown=2, server_header=False)
                 server = _Server(config)
                 tg.start_soon(self.hub.run, name="control hub")

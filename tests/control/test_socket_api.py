@@ -140,7 +140,7 @@ def test_oversized_bodies_are_refused_without_reading_them(d: daemon.Daemon) -> 
     b"GET " + b"/a" * 40_000 + b" HTTP/1.1\r\nhost: x\r\n\r\n",
     b"GET /v1/status HTTP/1.1\r\n" + b"x-junk: " + b"y" * 40_000 + b"\r\n\r\n",
     b"POST /v1/pause HTTP/1.1\r\nhost: x\r\ncontent-length: 99999999999999999999\r\n\r\n{}",
-])
+], ids=["binary", "unknown-method", "huge-url", "huge-header", "huge-content-length"])
 def test_garbage_gets_an_error_and_the_daemon_carries_on(d: daemon.Daemon,
                                                          garbage: bytes) -> None:
     answer = raw(d, garbage)
@@ -181,3 +181,25 @@ def test_metrics_are_prometheus_text(d: daemon.Daemon) -> None:
     ready = [s.value for s in families["dflash_servers"].samples if s.labels["state"] == "READY"]
     assert ready == [2.0]
     assert families["dflash_max_tokens"].samples[0].value == 256
+
+
+def test_headers_that_never_end_are_cut_off(d: daemon.Daemon) -> None:
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    s.settimeout(10)
+    s.connect(d.socket)
+    try:
+        s.sendall(b"GET /v1/status HTTP/1.1\r\nhost: x\r\nx-drip: ")
+        answer = b""
+        for _ in range(40):              # 40 x 4 KiB of one header value, never finished
+            try:
+                s.sendall(b"y" * 4096)
+            except (BrokenPipeError, ConnectionResetError):
+                break
+            time.sleep(0.01)
+        try:
+            answer = s.recv(65536)
+        except ConnectionResetError:
+            pass
+        assert answer.startswith(b"HTTP/1.1 400"), answer[:100]
+    finally:
+        s.close()
