@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import Callable, Iterable, Sequence
 
-from supervisor.config import ConfigError, JobConfig, load_config
+from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
 from supervisor.servers.launch_command import build_specs, max_running
 
 HelpProvider = Callable[[Sequence[str]], str]
@@ -74,6 +74,8 @@ def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None =
     args = parser.parse_args(argv)
     try:
         cfg = load_config(args.config)
+        from supervisor.gpu.nvml_source import node_gpu_count
+        check_gpus_exist(cfg, node_gpu_count())
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ what is allowed, because a typo in a day-long job's config must fail at start, n
 
 from __future__ import annotations
 
+import math
 import os
 import tomllib
 from dataclasses import dataclass, field, fields, replace
@@ -225,6 +226,10 @@ def _coerce(key: str, value: Any, annotation: str) -> Any:
     if ann == "float":
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"{key}: expected a number, got {value!r}")
+        # TOML has nan and inf; no setting here means anything with them (an infinite
+        # timeout passes "> 0" and then crashes the first sleep or deadline computed from it).
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}: must be a finite number, got {value!r}")
         return float(value)
     if ann == "str":
         if not isinstance(value, str):
@@ -301,7 +306,7 @@ def _validate(cfg: JobConfig) -> None:
         raise ConfigError(
             f"servers.tp_size: {len(s.gpu_list)} GPUs do not split into groups of {s.tp_size}"
         )
-    if not 1 <= s.base_port <= 65535 - len(s.gpu_list):
+    if not 1 <= s.base_port <= 65535:
         raise ConfigError(f"servers.base_port: must be a TCP port, got {s.base_port}")
     if not s.model_path:
         raise ConfigError("servers.model_path: required (the model SGLang loads)")
@@ -316,6 +321,8 @@ def _validate(cfg: JobConfig) -> None:
         positive(f"servers.{name}", getattr(s, name))
     positive("servers.health_failures", s.health_failures)
     positive("servers.max_failures", s.max_failures)
+    _check_ports(s)
+    _check_context_length(cfg)
     mrr = s.flags.get("max-running-requests")
     if mrr is not None and (isinstance(mrr, bool) or not isinstance(mrr, int) or mrr < 1):
         raise ConfigError(f"servers.flags.max-running-requests: must be an integer >= 1, got {mrr!r}")
@@ -361,6 +368,53 @@ def _validate(cfg: JobConfig) -> None:
         raise ConfigError(f"job.output: a local directory or s3://bucket/prefix/, got {out!r}")
 
 
+def _check_ports(s: ServersSection) -> None:
+    """Server i listens on base_port + i; SGLang flags that name a port of their own must
+    not land in that range, and a fixed one cannot serve several servers (each would bind it)."""
+    n_servers = len(s.gpu_list) // s.tp_size
+    first, last = s.base_port, s.base_port + n_servers - 1
+    if last > 65535:
+        raise ConfigError(f"servers.base_port: {n_servers} servers need ports {first}..{last}, "
+                          "past 65535")
+    for name, value in s.flags.items():
+        if not name.endswith("port") or isinstance(value, bool) or not isinstance(value, int):
+            continue
+        if not 1 <= value <= 65535:
+            raise ConfigError(f"servers.flags.{name}: must be a TCP port (1..65535), got {value}")
+        if first <= value <= last:
+            raise ConfigError(f"servers.flags.{name}: port {value} overlaps the servers' ports "
+                              f"{first}..{last} (servers.base_port)")
+        if n_servers > 1:
+            raise ConfigError(f"servers.flags.{name}: every one of the {n_servers} servers would "
+                              f"bind port {value}; leave it unset so SGLang picks one per server")
+
+
+def _check_context_length(cfg: JobConfig) -> None:
+    # SGLang answers 400 to a request whose prompt + max_tokens reaches the context length:
+    # with max_tokens alone at or past it, every prompt would fail.
+    ctx = cfg.servers.flags.get("context-length")
+    if ctx is None:
+        return
+    if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
+        raise ConfigError(f"servers.flags.context-length: must be an integer >= 1, got {ctx!r}")
+    if cfg.generation.max_tokens >= ctx:
+        raise ConfigError(f"generation.max_tokens: {cfg.generation.max_tokens} is at or past the "
+                          f"servers' context-length {ctx}; SGLang would refuse every request "
+                          "(leave room for the prompt)")
+
+
+def check_gpus_exist(cfg: JobConfig, device_count: int | None) -> None:
+    """Refuse GPU indices the node does not have, when the driver can say how many it has
+    (`device_count` None: no driver here, nothing to check). The simulator needs no GPU."""
+    if device_count is None or any("supervisor.sim" in part for part in cfg.servers.command):
+        return
+    missing = [g for g in cfg.servers.gpu_list if g >= device_count]
+    if missing:
+        key = "servers.gpus" if cfg.servers.gpus else "servers.count"
+        raise ConfigError(f"{key}: GPU {', '.join(map(str, missing))} does not exist "
+                          f"(this node has {device_count}: 0..{device_count - 1})")
+
+
 def _resolve_auto_partition(job: JobSection, env: Mapping[str, str]) -> JobSection:
     from supervisor.partition_env import PartitionEnvError, resolve
 
@@ -400,6 +454,10 @@ def load_config(path: str | Path, workdir: str | Path | None = None) -> JobConfi
         text = path.read_bytes().decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
     try:

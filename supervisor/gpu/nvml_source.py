@@ -91,6 +91,18 @@ class NvmlSource(GpuSource):
                     pass
             self._initialised = False
 
+    def device_count(self) -> int | None:
+        """How many GPUs the driver sees, or None when it cannot say (no driver here)."""
+        with self._lock:
+            if self._ensure_init(self._clock()) is not None:
+                return None
+            nvml = self._nvml
+            assert nvml is not None
+            try:
+                return int(nvml.nvmlDeviceGetCount())
+            except nvml.NVMLError:
+                return None
+
     # -- sampling ---------------------------------------------------------------------------
 
     def _metric(self, name: str, errors: list[str], fn: Callable[[], T]) -> T | None:
@@ -159,3 +171,12 @@ class NvmlSource(GpuSource):
             gpus = tuple(self._device(i) for i in range(count))
             return GpuTelemetry(available=True, reason=None, sampled_at=now,
                                 driver_version=driver, gpus=gpus)
+
+
+def node_gpu_count() -> int | None:
+    """GPUs on this node as NVML sees them, or None without a driver (nothing to check)."""
+    source = NvmlSource()
+    try:
+        return source.device_count()
+    finally:
+        source.close()
