@@ -5,6 +5,7 @@ however big the file is). Each line is one prompt in one of these shapes:
 
 - OpenAI:   {"id"?, "messages": [{"role": "system"|"user"|"assistant", "content": ...}, ...]}
 - ShareGPT: {"id"?, "conversations": [{"from": "human"|"gpt"|"system", "value": ...}, ...]}
+            (turns written {"role": ..., "content": ...} are taken the same way)
 - bare:     {"id"?, "prompt": "..."}
 - MT-bench: {"question_id": 81, "turns": ["...", ...]} (the first turn is the prompt)
 
@@ -12,7 +13,10 @@ Trailing assistant turns are dropped: the prompt is everything up to the last us
 the model writes the answer. The id is the line's `id` (or MT-bench `question_id`), else a
 stable hash of the messages, so re-importing the same file inserts nothing new. Bad lines
 (malformed JSON, non-UTF-8 bytes, missing or ill-typed fields) are reported with their line
-number and skipped. Exit status is non-zero only when the file yields nothing usable.
+number and skipped, whatever the parser's complaint. A UTF-8 byte-order mark is skipped. An id
+already imported with other text is reported (count and first ids); `--reimport-changed` takes
+the new text as new work for those ids. Exit status is non-zero only when the file yields
+nothing usable.
 """
 
 from __future__ import annotations
@@ -49,6 +53,10 @@ class ImportSummary:
     duplicates: int = 0
     rejected: int = 0
     other_partition: int = 0
+    # Ids already imported whose text in the file is different now.
+    changed: int = 0
+    changed_ids: list[str] = field(default_factory=list)
+    reimported: int = 0
     # (line number, reason) of the first MAX_ERRORS_KEPT rejected lines.
     errors: list[tuple[int, str]] = field(default_factory=list)
 
@@ -62,7 +70,21 @@ class ImportSummary:
                 f"{self.rejected} rejected")
         if self.other_partition:
             text += f", {self.other_partition} in other partitions"
+        if self.changed:
+            text += f", {self.changed} changed since imported"
+        if self.reimported:
+            text += f" ({self.reimported} re-imported as new work)"
         return text
+
+    def changed_warning(self) -> str | None:
+        """What an operator must hear about ids whose text changed, or None."""
+        if not self.changed or self.reimported:
+            return None
+        more = "…" if self.changed > len(self.changed_ids) else ""
+        return (f"{self.changed} prompt ids already imported have other text in the file now "
+                f"(first: {', '.join(self.changed_ids)}{more}); their old text is kept. "
+                "Re-import them as new work with `dflash-supervisor import FILE --state DB "
+                "--reimport-changed`")
 
 
 def stable_hash(text: str) -> str:
@@ -104,12 +126,15 @@ def _from_conversations(raw: Any) -> list[dict[str, Any]]:
     for i, turn in enumerate(raw):
         if not isinstance(turn, dict):
             raise BadLine(f"conversations[{i}] is not an object")
-        who, value = turn.get("from"), turn.get("value")
+        # from/value is ShareGPT's own form; role/content is how SpecForge's regeneration
+        # script and many re-exported datasets write the same turns.
+        who_key, value_key = ("from", "value") if "from" in turn else ("role", "content")
+        who, value = turn.get(who_key), turn.get(value_key)
         role = _SHAREGPT_ROLES.get(who) if isinstance(who, str) else None
         if role is None:
-            raise BadLine(f"conversations[{i}].from {who!r} is not a known speaker")
+            raise BadLine(f"conversations[{i}].{who_key} {who!r} is not a known speaker")
         if not isinstance(value, str) or not value:
-            raise BadLine(f"conversations[{i}].value must be a non-empty string")
+            raise BadLine(f"conversations[{i}].{value_key} must be a non-empty string")
         out.append({"role": role, "content": value})
     return out
 
@@ -151,6 +176,26 @@ def parse_prompt(obj: Any) -> tuple[str, list[dict[str, Any]]]:
     return prompt_id, messages
 
 
+BOM = "\ufeff"
+
+
+def _decode_json(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise BadLine(f"malformed JSON: {exc.msg} at column {exc.colno}") from None
+    except RecursionError:
+        raise BadLine("JSON nested too deeply") from None
+    except ValueError as exc:
+        # e.g. an integer with more digits than Python converts
+        raise BadLine(f"JSON the parser cannot take: {exc}") from None
+
+
+def _check_storable(prompt_id: str, messages: list[dict[str, Any]]) -> None:
+    # Refuse the line here rather than fail the whole batch's insert (UnicodeEncodeError).
+    (prompt_id + json.dumps(messages, ensure_ascii=False)).encode("utf-8")
+
+
 def read_prompts(path: Path, summary: ImportSummary,
                  partition: Partition | None = None) -> Iterator[ImportRow]:
     """Stream the file's usable prompts; bad lines go into `summary`."""
@@ -164,11 +209,14 @@ def read_prompts(path: Path, summary: ImportSummary,
                     text = raw.decode("utf-8")
                 except UnicodeDecodeError as exc:
                     raise BadLine(f"not UTF-8 (byte {exc.start})") from None
+                if lineno == 1 and text.startswith(BOM):
+                    text = text[1:]
                 try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as exc:
-                    raise BadLine(f"malformed JSON: {exc.msg} at column {exc.colno}") from None
-                prompt_id, messages = parse_prompt(obj)
+                    prompt_id, messages = parse_prompt(_decode_json(text))
+                    _check_storable(prompt_id, messages)
+                except UnicodeEncodeError:
+                    # JSON's \ud800 escapes decode to lone surrogates, which UTF-8 cannot hold.
+                    raise BadLine("contains an unpaired UTF-16 surrogate escape") from None
             except BadLine as exc:
                 summary.rejected += 1
                 if len(summary.errors) < MAX_ERRORS_KEPT:
@@ -181,23 +229,47 @@ def read_prompts(path: Path, summary: ImportSummary,
 
 
 def import_file(store: Store, path: str | Path, partition: Partition | None = None,
-                batch: int = BATCH) -> ImportSummary:
-    """Import a prompts file into the store; idempotent (ids already there are duplicates)."""
+                batch: int = BATCH, reimport_changed: bool = False,
+                actor: str = "import") -> ImportSummary:
+    """Import a prompts file into the store; idempotent (ids already there are duplicates).
+    Duplicates whose text changed are counted; with `reimport_changed` they become new work."""
     summary = ImportSummary()
     rows: list[ImportRow] = []
     for row in read_prompts(Path(path), summary, partition):
         rows.append(row)
         if len(rows) >= batch:
-            _flush(store, rows, summary)
-    _flush(store, rows, summary)
+            _flush(store, rows, summary, reimport_changed, actor)
+    _flush(store, rows, summary, reimport_changed, actor)
     return summary
 
 
-def _flush(store: Store, rows: list[ImportRow], summary: ImportSummary) -> None:
+def _flush(store: Store, rows: list[ImportRow], summary: ImportSummary,
+           reimport_changed: bool, actor: str) -> None:
     inserted, duplicates = store.import_batch(rows)
     summary.imported += inserted
     summary.duplicates += duplicates
+    if duplicates:
+        changed = store.changed_prompts(rows)
+        summary.changed += len(changed)
+        room = 10 - len(summary.changed_ids)
+        summary.changed_ids.extend(r.id for r in changed[:max(room, 0)])
+        if reimport_changed and changed:
+            summary.reimported += store.reimport_changed(changed, actor)
     rows.clear()
+
+
+def prompts_file_problem(path: Path) -> str | None:
+    """Why `path` cannot be read as a prompts file, in one line, or None."""
+    if path.is_dir():
+        return f"{path}: is a directory, not a prompts file"
+    try:
+        with open(path, "rb"):
+            pass
+    except FileNotFoundError:
+        return f"{path}: no such file"
+    except OSError as exc:
+        return f"{path}: cannot read it: {exc.strerror}"
+    return None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -206,6 +278,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("prompts", help="JSONL file: messages / conversations / prompt / turns")
     p.add_argument("--state", required=True, help="state DB (created if absent)")
     p.add_argument("--partition", help="import only part I of N (e.g. 0/8), by stable id hash")
+    p.add_argument("--reimport-changed", action="store_true",
+                   help="ids already imported whose text changed: take the new text as new work")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         partition = Partition.parse(args.partition, "--partition") if args.partition else None
@@ -213,22 +287,39 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dflash-supervisor import: {exc}", file=sys.stderr)
         return 2
     path = Path(args.prompts)
-    if not path.is_file():
-        print(f"dflash-supervisor import: {path}: no such file", file=sys.stderr)
+    problem = prompts_file_problem(path)
+    if problem:
+        print(f"dflash-supervisor import: {problem}", file=sys.stderr)
         return 2
-    Path(args.state).parent.mkdir(parents=True, exist_ok=True)
-    store = Store.open(args.state)
+    from state.checked_open import StateDBError, open_checked
+    from supervisor.job_lock import JobLock, JobLocked
     try:
-        summary = import_file(store, path, partition)
-        total = store.counts().total
-    finally:
-        store.close()
+        # The daemon is the DB's only writer: never import beside a running one.
+        Path(args.state).parent.mkdir(parents=True, exist_ok=True)
+        with JobLock(args.state):
+            store = open_checked(args.state)
+            try:
+                summary = import_file(store, path, partition,
+                                      reimport_changed=args.reimport_changed)
+                total = store.counts().total
+            finally:
+                store.close()
+    except (JobLocked, StateDBError) as exc:
+        print(f"dflash-supervisor import: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:
+        print(f"dflash-supervisor import: {exc.filename or args.state}: {exc.strerror}",
+              file=sys.stderr)
+        return 2
     for lineno, reason in summary.errors:
         print(f"{path}:{lineno}: {reason}", file=sys.stderr)
     if summary.rejected > len(summary.errors):
         print(f"... and {summary.rejected - len(summary.errors)} more rejected lines",
               file=sys.stderr)
     print(f"{path}: {summary} ({total} prompts in {args.state})")
+    warning = summary.changed_warning()
+    if warning:
+        print(f"dflash-supervisor import: {warning}", file=sys.stderr)
     if summary.usable == 0:
         print("dflash-supervisor import: nothing usable in the file", file=sys.stderr)
         return 1
