@@ -9,19 +9,15 @@ versions of one prompt, and never loses a line meanwhile).
 
 from __future__ import annotations
 
-import json
 import time
 from typing import Any, Sequence
 
+from state.connection import StoreConnection, dumps
 from state.records import FAILED, PENDING, ImportRow
 
 
-def _dumps(value: Any) -> str:
-    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-
-
-class PromptRework:
-    """Mixed into Store: uses its `_tx`, `_read` and `_move`."""
+class PromptRework(StoreConnection):
+    """One of the query families Store is composed of."""
 
     def requeue_failed(self, reason_like: str | None, actor: str,
                        caller: dict[str, Any] | None = None) -> int:
@@ -34,18 +30,18 @@ class PromptRework:
             # instr, not LIKE: the operator's text is matched literally (% and _ included).
             where += " AND instr(coalesce(error, ''), ?) > 0"
             args.append(reason_like)
-        with self._tx() as conn:  # type: ignore[attr-defined]
+        with self._tx() as conn:
             rows = conn.execute(f"SELECT id, attempts FROM prompts WHERE {where} ORDER BY rowid",
                                 args).fetchall()
             conn.execute(f"UPDATE prompts SET status = 'pending', attempts = 0 WHERE {where}",
                          args)
-            self._move(conn, FAILED, PENDING, len(rows))  # type: ignore[attr-defined]
+            self._move(conn, FAILED, PENDING, len(rows))
             detail = {"count": len(rows), "reason_like": reason_like,
                       "first_ids": [r[0] for r in rows[:20]],
                       "attempts_used": sum(int(r[1]) for r in rows), **(caller or {})}
             conn.execute("INSERT INTO events (time, kind, subject, detail, actor) "
                          "VALUES (?, 'requeue_failed', 'prompts', ?, ?)",
-                         (time.time(), _dumps(detail), actor))
+                         (time.time(), dumps(detail), actor))
         return len(rows)
 
     def changed_prompts(self, rows: Sequence[ImportRow]) -> list[ImportRow]:
@@ -58,10 +54,10 @@ class PromptRework:
         for start in range(0, len(ids), 500):
             chunk = ids[start:start + 500]
             marks = ",".join("?" * len(chunk))
-            for pid, stored in self._read(  # type: ignore[attr-defined]
+            for pid, stored in self._read(
                     f"SELECT id, messages FROM prompts WHERE id IN ({marks})", chunk):
                 row = by_id[pid]
-                if stored != _dumps(row.messages):
+                if stored != dumps(row.messages):
                     changed.append(row)
         return changed
 
@@ -71,7 +67,7 @@ class PromptRework:
         if not rows:
             return 0
         moved = {"done": 0, "failed": 0, "pending": 0}
-        with self._tx() as conn:  # type: ignore[attr-defined]
+        with self._tx() as conn:
             for r in rows:
                 got = conn.execute(
                     "SELECT status FROM prompts WHERE id = ? AND status != 'in_flight'",
@@ -80,14 +76,14 @@ class PromptRework:
                     continue
                 conn.execute("UPDATE prompts SET messages = ?, source_line = ?, "
                              "status = 'pending', attempts = 0, error = NULL WHERE id = ?",
-                             (_dumps(r.messages), r.source_line, r.id))
+                             (dumps(r.messages), r.source_line, r.id))
                 moved[got[0]] += 1
             for src in ("done", "failed"):
-                self._move(conn, src, PENDING, moved[src])  # type: ignore[attr-defined]
+                self._move(conn, src, PENDING, moved[src])
             n = sum(moved.values())
             conn.execute("INSERT INTO events (time, kind, subject, detail, actor) "
                          "VALUES (?, 'reimport_changed', 'prompts', ?, ?)",
-                         (time.time(), _dumps({"count": n, "was_done": moved["done"],
+                         (time.time(), dumps({"count": n, "was_done": moved["done"],
                                                "was_failed": moved["failed"],
                                                "first_ids": [r.id for r in rows[:20]]}),
                           actor))

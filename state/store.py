@@ -18,14 +18,17 @@ throughput for no gain in correctness.
 from __future__ import annotations
 
 from state.events_table import EventsTable
+from state.prompt_rework import PromptRework
 from state.prompts_table import PromptsTable
 from state.records import SHARD_ASSIGNED, SHARD_UPLOADED, SHARD_WRITTEN
 from state.server_processes_table import ServerProcessesTable
 from state.settings_table import SettingsTable
+from state.shard_audit import ShardAudit
 from state.shards_table import ShardsTable
 
 
-class Store(PromptsTable, ShardsTable, EventsTable, SettingsTable, ServerProcessesTable):
+class Store(PromptsTable, ShardsTable, EventsTable, SettingsTable, ServerProcessesTable,
+            PromptRework, ShardAudit):
     """Every query of the daemon, one table family per base class, over one connection
     (state/connection.py). Callers keep using `Store.claim`, `Store.add_event`, ...;
     `AsyncStore.call(Store.method, ...)` and the fleet's calls by method name work unchanged."""

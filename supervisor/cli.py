@@ -7,6 +7,9 @@
     status  [--state DB]         live status from the control socket (the DB when no daemon answers)
     ctl     ACTION ...           act on the running daemon (max-tokens, pause, restart, ...)
     verify  --prompts F --output P   a whole (many-node) job's output checked from outside
+    verify  --state DB           one job's output checked against its DB (exit 1 on a mismatch)
+    requeue --failed --state DB  failed prompts back to pending (audited)
+    rebuild-state --config PATH  a lost state DB rebuilt from the output and the prompts
 """
 
 from __future__ import annotations
@@ -19,7 +22,31 @@ from typing import Sequence
 
 from supervisor.config import ConfigError
 
-EXIT_OK, EXIT_FAILED, EXIT_INCOMPLETE, EXIT_CONFIG = 0, 1, 3, 2
+# run's exit statuses (documented in README.md): 1 the state backup store is unreachable,
+# 2 refused at start (config, paths, state DB, another daemon), 3 stopped unfinished, 4 finished
+# but some prompts failed for good, 5 stopped by an error while running (disk full, ...), each
+# with one line saying what.
+EXIT_OK, EXIT_FAILED, EXIT_CONFIG, EXIT_INCOMPLETE = 0, 1, 2, 3
+EXIT_PROMPTS_FAILED, EXIT_ERROR = 4, 5
+
+
+def _leaf_errors(exc: BaseException) -> list[BaseException]:
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for sub in exc.exceptions for leaf in _leaf_errors(sub)]
+    return [exc]
+
+
+def one_line_error(exc: BaseException) -> str | None:
+    """An operator's one line for an error from the running job, or None when it is a bug
+    (then the traceback is what a developer needs)."""
+    import sqlite3
+    for leaf in _leaf_errors(exc):
+        if isinstance(leaf, OSError):
+            where = f"{leaf.filename}: " if leaf.filename else ""
+            return f"{where}{leaf.strerror or leaf}"
+        if isinstance(leaf, sqlite3.OperationalError):
+            return f"state DB: {leaf}"
+    return None
 
 
 def _setup_logging(verbose: bool) -> None:
@@ -33,8 +60,9 @@ def _setup_logging(verbose: bool) -> None:
 def cmd_run(args: argparse.Namespace) -> int:
     import anyio
 
-    from supervisor.config import load_config
+    from supervisor.config import check_gpus_exist, load_config
     try:
+        from supervisor.gpu.nvml_source import node_gpu_count
         from supervisor.job import Job, JobError
         from supervisor.state_backup.node_state import BackupUnreachable
     except ImportError as exc:
@@ -46,6 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     _setup_logging(args.verbose)
     try:
         config = load_config(args.config, workdir=args.workdir)
+        check_gpus_exist(config, node_gpu_count())
     except ConfigError as exc:
         print(f"dflash-supervisor: invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -62,10 +91,21 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Not the config's fault: the scheduler's retry (or systemd's) may find the store up.
         print(f"dflash-supervisor: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except Exception as exc:
+        line = one_line_error(exc)
+        if line is None:
+            raise
+        print(f"dflash-supervisor: stopped: {line} (state saved; fix it and run again)",
+              file=sys.stderr)
+        return EXIT_ERROR
     s = result.status
     logging.getLogger("supervisor").info(
         "job %s: %d done, %d failed, %d pending of %d", result.reason, s.done, s.failed,
         s.remaining, s.total)
+    if result.finished and s.failed:
+        print(f"dflash-supervisor: finished with {s.failed} failed prompts (see `status`; "
+              "`dflash-supervisor requeue --failed` runs them again)", file=sys.stderr)
+        return EXIT_PROMPTS_FAILED
     # A requested stop (systemctl stop) is a clean exit: the next start resumes.
     if result.finished or result.reason.startswith("stopped by"):
         return EXIT_OK
@@ -104,6 +144,11 @@ def build_parser() -> argparse.ArgumentParser:
                             add_help=False)
     verify.set_defaults(func=None, forward="verify")
 
+    for name, text in (("requeue", "send failed prompts back to pending (audited)"),
+                       ("rebuild-state", "rebuild a lost state DB from the output")):
+        forwarded = sub.add_parser(name, help=text, add_help=False)
+        forwarded.set_defaults(func=None, forward=name)
+
     from supervisor.control.commands import add_status_arguments
     status = sub.add_parser("status", help="live status from the control socket, or the state DB")
     add_status_arguments(status)
@@ -117,14 +162,26 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     # Subcommands that own their argument parsing get the rest of the line untouched.
-    if argv and argv[0] in ("demo", "import", "check", "verify", "ctl"):
+    if argv and argv[0] in ("demo", "import", "check", "verify", "ctl", "requeue",
+                            "rebuild-state"):
         rest = argv[1:]
         if argv[0] == "verify":
+            # Two modes: --state checks one job against its DB; --prompts/--output checks a
+            # whole (many-node) output from the outside.
+            if "--state" in rest or any(a.startswith("--state=") for a in rest):
+                from supervisor.shards.verify_command import main as state_verify_main
+                return state_verify_main(rest)
             from supervisor.output_verify.command import main as verify_main
             return verify_main(rest)
         if argv[0] == "ctl":
             from supervisor.control.commands import ctl_main
             return ctl_main(rest)
+        if argv[0] == "requeue":
+            from supervisor.requeue_command import main as requeue_main
+            return requeue_main(rest)
+        if argv[0] == "rebuild-state":
+            from supervisor.shards.rebuild_state import main as rebuild_main
+            return rebuild_main(rest)
         if argv[0] == "demo":
             from supervisor.demo import main as demo_main
             return demo_main(rest)

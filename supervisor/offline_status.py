@@ -17,13 +17,15 @@ if TYPE_CHECKING:
 
 
 def main(state: str, events: int = 10) -> int:
-    from state.store import Store
+    from state.checked_open import StateDBError, open_checked
 
     path = Path(state)
-    if not path.exists():
-        print(f"dflash-supervisor: {path}: no such state DB", file=sys.stderr)
+    try:
+        # A reader beside the daemon: never take the write lock.
+        store = open_checked(path, create=False, probe_write=False)
+    except StateDBError as exc:
+        print(f"dflash-supervisor: {exc}", file=sys.stderr)
         return 2
-    store = Store.open(path)
     try:
         c = store.counts()
         pct = 100.0 * c.done / c.total if c.total else 0.0

@@ -89,12 +89,35 @@ class Job:
         self._stop_requested = anyio.Event()
         self.reload_lock = anyio.Lock()
         self.task_group: anyio.abc.TaskGroup | None = None   # where a reload's roll runs
+        self._job_lock: Any = None
 
     # -- setup --------------------------------------------------------------------------------
 
+    def _take_lock(self) -> None:
+        """First of all: held until the job ends, so a second daemon on this job is refused
+        here, before it could touch our socket, our servers (orphan cleanup) or our shards."""
+        from supervisor.job.lock import JobLock, JobLocked
+
+        path = self.config.path(self.config.job.state)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._job_lock = JobLock(path).acquire()
+        except JobLocked as exc:
+            raise JobError(str(exc)) from None
+        except OSError as exc:
+            raise JobError(f"job.state: {path}: {exc.strerror}") from None
+
     def _open_store(self) -> Store:
         return open_job_store(self.config, before_open=self._prepare_node_state,
-                              after_open=self._node_state_opened)
+                              after_open=self._node_state_opened,
+                              check_output=self._check_output)
+
+    def _check_output(self, store: Store) -> None:
+        from supervisor.shards.verify import UnknownOutput, check_output_at_start
+        try:
+            check_output_at_start(store, self.config)
+        except UnknownOutput as exc:
+            raise JobError(str(exc)) from None
 
     def _prepare_node_state(self) -> None:
         """State backups (a node of a many-node job): refuse a prompt file the other nodes
@@ -137,11 +160,17 @@ class Job:
     # -- run ----------------------------------------------------------------------------------
 
     async def run(self) -> JobResult:
-        bound = await anyio.to_thread.run_sync(self._bind_control)
+        await anyio.to_thread.run_sync(self._take_lock)
+        try:
+            bound = await anyio.to_thread.run_sync(self._bind_control)
+        except BaseException:
+            self._job_lock.release()
+            raise
         try:
             store = await anyio.to_thread.run_sync(self._open_store)
         except BaseException:
             bound.close()
+            self._job_lock.release()
             raise
         astore = AsyncStore(store)
         try:
@@ -150,6 +179,7 @@ class Job:
             with anyio.CancelScope(shield=True):
                 bound.close()
                 await anyio.to_thread.run_sync(store.close)
+                self._job_lock.release()
                 self.systemd.stopped()
 
     async def _run(self, astore: AsyncStore, bound: BoundSocket) -> JobResult:
@@ -204,6 +234,7 @@ class Job:
         await shards.sync(final.finished)
         if final.finished:
             await uploader.drain()
+            await self._final_check(shards, astore, uploader)
         final = await status.build()
         await status.energy.save()
         detail: dict[str, Any] = {"reason": self._reason, "done": final.done,
@@ -247,6 +278,26 @@ class Job:
                 await self._drain(status, self._stop)
             self.task_group = None
             tg.cancel_scope.cancel()
+
+    async def _final_check(self, shards: ShardLoop, astore: AsyncStore,
+                           uploader: Uploader) -> None:
+        """At the end of a finished job every shard is checked once more; what is missing or
+        changed is rewritten and delivered again before the job calls itself done."""
+        from supervisor.shards.verify import send_back, verify_output
+
+        sink, spool = uploader.sink, spool_dir(self.config)
+        for _ in range(2):
+            report = await anyio.to_thread.run_sync(
+                lambda: verify_output(astore.store, sink, spool, self.config.job.partition,
+                                      list_output=False))
+            for problem in report.unverified:
+                log.warning("could not verify a shard at the end: %s", problem)
+            if not report.mismatched:
+                log.info("output checked at the end: %s", report.summary())
+                return
+            await anyio.to_thread.run_sync(send_back, astore.store, report, "supervisor")
+            await shards.sync(True)
+            await uploader.drain()
 
     async def _control_status(self, throughput: tuple[ThroughputPoint, ...],
                               events: tuple[Event, ...]) -> Status:

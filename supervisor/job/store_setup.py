@@ -23,9 +23,12 @@ def import_prompts(store: Store, config: JobConfig) -> None:
     """Import the prompts file unless this exact file (size and mtime) was imported before:
     re-reading a million lines at every restart is wasted minutes, and importing is
     idempotent anyway, so a changed file is simply imported again."""
-    from supervisor.prompt_import import import_file
+    from supervisor.prompt_import import import_file, prompts_file_problem
 
     path = config.path(config.job.prompts)
+    problem = prompts_file_problem(path)
+    if problem and "no such file" not in problem:
+        raise JobError(f"job.prompts: {problem}")
     try:
         st = path.stat()
     except FileNotFoundError:
@@ -39,20 +42,33 @@ def import_prompts(store: Store, config: JobConfig) -> None:
         return
     summary = import_file(store, path, partition=config.job.partition)
     log.info("imported %s: %s", path, summary)
+    for lineno, reason in summary.errors[:10]:
+        log.warning("%s:%d: %s", path, lineno, reason)
+    if summary.changed_warning():
+        log.warning("%s", summary.changed_warning())
     if not store.counts().total:
         raise JobError(f"job.prompts: {path}: no usable prompts ({summary})")
     store.set_setting(SETTING_IMPORTED, fingerprint)
 
 
 def open_job_store(config: JobConfig, *, before_open: Callable[[], None] | None = None,
-                   after_open: Callable[[Store], None] | None = None) -> Store:
-    """The store, ready to run on: nothing in flight, the prompts imported. The hooks run
-    just before the DB file is opened and once it is ready (a node's state backups)."""
+                   after_open: Callable[[Store], None] | None = None,
+                   check_output: Callable[[Store], None] | None = None) -> Store:
+    """The store, ready to run on: checked (quick_check), nothing in flight, the output
+    checked against it, the prompts imported. `before_open`/`after_open` run just before the
+    DB file is opened and once it is open (a node's state backups: a restore, then the shards
+    uploaded since the backup taken back), `check_output` after them and before the import,
+    so a start refused over existing output leaves a new DB as empty as it found it."""
+    from state.checked_open import StateDBError, open_checked
+
     path = config.path(config.job.state)
     path.parent.mkdir(parents=True, exist_ok=True)
     if before_open is not None:
         before_open()
-    store = Store.open(path)
+    try:
+        store = open_checked(path)
+    except StateDBError as exc:
+        raise JobError(f"job.state: {exc}") from None
     try:
         recovered = store.recover_in_flight()
         if recovered:
@@ -60,9 +76,11 @@ def open_job_store(config: JobConfig, *, before_open: Callable[[], None] | None 
                      recovered)
             store.add_event("recovered_in_flight", "job", {"count": recovered},
                             "supervisor", time.time())
-        import_prompts(store, config)
         if after_open is not None:
             after_open(store)
+        if check_output is not None:
+            check_output(store)
+        import_prompts(store, config)
     except BaseException:
         store.close()
         raise

@@ -54,3 +54,22 @@ class FakeSink(Sink):
         finally:
             with self._lock:
                 self.active -= 1
+
+    def check(self, key: str, size: int, sha256: str, etag: str | None,
+              read_back: bool = False) -> str | None:
+        import hashlib
+        with self._lock:
+            data = self.objects.get(key)
+        if data is None:
+            return "missing at the destination"
+        if len(data) != size or hashlib.sha256(data).hexdigest() != sha256:
+            return f"holds {len(data)} bytes with another digest (the DB says {size} bytes)"
+        return None
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        with self._lock:
+            return sorted(k for k in self.objects if k.startswith(prefix))
+
+    def read(self, key: str) -> bytes:
+        with self._lock:
+            return self.objects[key]

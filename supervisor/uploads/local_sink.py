@@ -12,6 +12,7 @@ import hashlib
 from pathlib import Path
 
 from supervisor.shards.writer import write_atomically
+from supervisor.uploads.local_files import check_file, list_shard_files
 from supervisor.uploads.sink import CorruptUploadError, Receipt, ShardBlob, Sink, TransientUploadError
 
 
@@ -44,3 +45,13 @@ class LocalDirSink(Sink):
             raise CorruptUploadError(f"{path}: holds sha256 {got[:16]}…, the shard is "
                                      f"{blob.sha256[:16]}…")
         return Receipt(etag=None, checksum=f"sha256:{got}", verified_by="local-digest")
+
+    def check(self, key: str, size: int, sha256: str, etag: str | None,
+              read_back: bool = False) -> str | None:
+        return check_file(self.directory / key, size, sha256)
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        return list_shard_files(self.directory, prefix)
+
+    def read(self, key: str) -> bytes:
+        return (self.directory / key).read_bytes()

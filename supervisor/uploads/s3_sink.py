@@ -146,6 +146,64 @@ class S3Sink(Sink):
                 f"is {blob.size} bytes with sha256 {blob.sha256[:16]}… (ETag {etag})")
         return Receipt(etag, f"sha256:{got}", "read-back", parts=parts)
 
+    # -- checking what the bucket holds --------------------------------------------------------
+
+    def check(self, key: str, size: int, sha256: str, etag: str | None,
+              read_back: bool = False) -> str | None:
+        """HEAD: the object is there with the recorded size and ETag (an ETag changes with
+        any rewrite of the object); `read_back` also reads it whole and compares SHA-256."""
+        from botocore.exceptions import ClientError
+
+        full = self.location.key(key)
+        try:
+            head = self.client.head_object(Bucket=self.location.bucket, Key=full)
+        except ClientError as exc:
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if status == 404 or exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey"):
+                return f"s3://{self.location.bucket}/{full} is missing"
+            raise classify(exc, f"check {full}") from exc
+        except Exception as exc:
+            raise classify(exc, f"check {full}") from exc
+        got_size = int(head.get("ContentLength", -1))
+        if got_size != size:
+            return f"s3://{self.location.bucket}/{full} holds {got_size} bytes, the DB says {size}"
+        got_etag = _etag(head)
+        if etag is not None and got_etag != etag:
+            return (f"s3://{self.location.bucket}/{full} has ETag {got_etag}, the DB recorded "
+                    f"{etag} (the object was replaced)")
+        if read_back:
+            got = hashlib.sha256(self.read(key)).hexdigest()
+            if got != sha256:
+                return (f"s3://{self.location.bucket}/{full} holds other bytes (sha256 "
+                        f"{got[:16]}…, the DB says {sha256[:16]}…)")
+        return None
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        base = self.location.key(prefix)
+        paginator = self.client.get_paginator("list_objects_v2")
+        keys: list[str] = []
+        try:
+            for page in paginator.paginate(Bucket=self.location.bucket, Prefix=base):
+                for obj in page.get("Contents", []):
+                    rel = obj["Key"][len(self.location.prefix):]
+                    name = rel.rsplit("/", 1)[-1]
+                    if name.startswith("shard-") and name.endswith(".jsonl"):
+                        keys.append(rel)
+        except Exception as exc:
+            raise classify(exc, f"list {self.location}") from exc
+        return sorted(keys)
+
+    def read(self, key: str) -> bytes:
+        full = self.location.key(key)
+        response = self._call(f"read {full}", self.client.get_object,
+                              Bucket=self.location.bucket, Key=full)
+        try:
+            return response["Body"].read()
+        except Exception as exc:
+            raise classify(exc, f"read {full}") from exc
+        finally:
+            response["Body"].close()
+
     # -- start --------------------------------------------------------------------------------
 
     def prepare(self, own_keys: set[str]) -> None:

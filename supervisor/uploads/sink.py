@@ -84,6 +84,24 @@ class Sink(ABC):
         """Once before the first put (blocking): clear what a killed daemon left behind.
         `own_keys` are this job's shard keys; a sink must not touch any other key."""
 
+    # -- checking what is already there (start, end of a job, `verify`, `rebuild-state`) ------
+    # Blocking, from a worker thread. `check` returns why the destination does not hold the
+    # shard (missing, other size, other digest) or None when it does; it raises
+    # TransientUploadError/FatalUploadError when it cannot tell (a store that is down is not
+    # a changed shard).
+
+    def check(self, key: str, size: int, sha256: str, etag: str | None,
+              read_back: bool = False) -> str | None:
+        raise NotImplementedError(f"{type(self).__name__} cannot check shards")
+
+    def list_keys(self, prefix: str = "") -> list[str]:
+        """Shard keys (relative to the destination) under `prefix`, sorted."""
+        raise NotImplementedError(f"{type(self).__name__} cannot list shards")
+
+    def read(self, key: str) -> bytes:
+        """One shard's bytes as the destination holds them."""
+        raise NotImplementedError(f"{type(self).__name__} cannot read shards")
+
     @property
     def remote(self) -> bool:
         return True

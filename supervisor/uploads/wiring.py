@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+from dataclasses import asdict
 from pathlib import Path
 
 from state.async_store import AsyncStore
@@ -35,3 +37,27 @@ def build_uploads(config: JobConfig, astore: AsyncStore,
                         backoff=Backoff(u.retry_initial_s, u.retry_max_s),
                         drain_timeout_s=u.drain_timeout_s)
     return uploader, DiskGuard(spool, u.min_free_bytes)
+
+
+def output_location(config: JobConfig, spool: Path) -> str:
+    """Everything needed to reach this job's output again without its config file (kept in
+    the state DB): the output, the spool, the partition, the uploads section (no secrets:
+    credentials always come from boto3's chain)."""
+    output = config.job.output if config.output_is_s3 else str(config.path(config.job.output).resolve())
+    return json.dumps({"output": output, "spool": str(spool.resolve()),
+                       "partition": str(config.job.partition) if config.job.partition else None,
+                       "uploads": asdict(config.uploads)}, sort_keys=True)
+
+
+def config_for_output(location: str) -> tuple[JobConfig, Path]:
+    """A config that reaches the output recorded by `output_location` (and its spool)."""
+    from supervisor.config import parse_config
+
+    data = json.loads(location)
+    job = {"output": data["output"]}
+    if data.get("partition"):
+        job["partition"] = data["partition"]
+    uploads = {k: v for k, v in data["uploads"].items() if v is not None}
+    cfg = parse_config({"job": job, "uploads": uploads,
+                        "servers": {"count": 1, "model_path": "-"}})
+    return cfg, Path(data["spool"])

@@ -1,0 +1,90 @@
+"""`dflash-supervisor verify --state job.db [--read-back] [--integrity]`
+
+Checks one job's output against its state DB, as the daemon does at the start and end of a
+job (supervisor/shards/verify.py): every written or uploaded shard is where the DB says, with
+the size and digest it recorded, and the output holds no shard the DB does not know. The
+output's location comes from the DB (the daemon records it at start), so no config is needed.
+`--read-back` reads S3 objects whole instead of trusting HEAD's size and ETag; `--integrity`
+runs SQLite's full integrity_check on the DB first.
+
+When no daemon runs the job, shards found missing or changed are marked to be rewritten at
+the next start (with an event each); beside a running daemon nothing is written (it checks
+everything again at the end of the job).
+
+Exit status: 0 everything checked and clean, 1 something missing, changed, unknown or not
+checkable, 2 the DB cannot be used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Sequence
+
+EXIT_CLEAN, EXIT_NOT_CLEAN, EXIT_ERROR = 0, 1, 2
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="dflash-supervisor verify",
+                                description="Check a job's output against its state DB.")
+    p.add_argument("--state", required=True, help="the job's SQLite state DB")
+    p.add_argument("--read-back", action="store_true",
+                   help="read S3 objects whole and compare SHA-256 (default: HEAD size + ETag)")
+    p.add_argument("--integrity", action="store_true",
+                   help="run SQLite's full integrity_check on the DB first")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from state.checked_open import StateDBError, open_checked
+    from supervisor.shards.verify import SETTING_OUTPUT
+    from supervisor.job.lock import JobLock, JobLocked
+    from supervisor.shards.verify import send_back, verify_output
+    from supervisor.uploads.wiring import build_sink, config_for_output
+
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    state = Path(args.state)
+    lock: JobLock | None = JobLock(state)
+    try:
+        lock.acquire()
+    except JobLocked as exc:
+        print(f"verify: {exc}: checking without writing anything", file=sys.stderr)
+        lock = None
+    except OSError:
+        lock = None        # a read-only place: checking still works
+    try:
+        try:
+            store = open_checked(state, create=False, full_check=args.integrity,
+                                 probe_write=lock is not None)
+        except StateDBError as exc:
+            print(f"dflash-supervisor verify: {exc}", file=sys.stderr)
+            return EXIT_ERROR
+        try:
+            location = store.get_setting(SETTING_OUTPUT)
+            if location is None:
+                print(f"dflash-supervisor verify: {state}: no output recorded (the job never "
+                      "started under this version)", file=sys.stderr)
+                return EXIT_ERROR
+            config, spool = config_for_output(location)
+            report = verify_output(store, build_sink(config, spool), spool,
+                                   config.job.partition, read_back=args.read_back)
+            for f in report.mismatched:
+                print(f"{f.key} ({f.status}): {f.why}")
+            for key in report.unknown_keys:
+                print(f"{key}: in the output, unknown to the DB")
+            for problem in report.unverified:
+                print(f"not checked: {problem}")
+            print(f"{config.job.output}: {report.summary()}")
+            if report.mismatched:
+                if lock is not None:
+                    n = send_back(store, report, "verify")
+                    print(f"{n} shards will be rewritten at the next start of the job")
+                else:
+                    print("the running daemon rewrites them at the end of the job")
+        finally:
+            store.close()
+    finally:
+        if lock is not None:
+            lock.release()
+    return EXIT_CLEAN if report.ok else EXIT_NOT_CLEAN
