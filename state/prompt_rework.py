@@ -19,7 +19,7 @@ from state.records import FAILED, PENDING, ImportRow
 class PromptRework(StoreConnection):
     """One of the query families Store is composed of."""
 
-    def requeue_failed(self, reason_like: str | None, actor: str,
+    def requeue_failed(self, reason_like: str | None, actor: str = "operator",
                        caller: dict[str, Any] | None = None) -> int:
         """Failed prompts (those whose error contains `reason_like`, when given) back to
         pending with their attempts set to 0, so a fixed config gives each its full

@@ -19,13 +19,14 @@ def _value(v: Any) -> str:
 
 
 def write_job_toml(directory: Path, *, servers: int, prompts: int,
-                   flags: dict[str, Any] | None = None, **server_keys: Any) -> Path:
+                   flags: dict[str, Any] | None = None, job: dict[str, Any] | None = None,
+                   uploads: dict[str, Any] | None = None, **server_keys: Any) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     if not (directory / "prompts.jsonl").exists():
         write_demo_prompts(directory / "prompts.jsonl", prompts)
     sections: dict[str, dict[str, Any]] = {
         "job": {"prompts": "prompts.jsonl", "state": "job.db", "output": "shards",
-                "shard_size": 50, "model": "sim"},
+                "shard_size": 50, "model": "sim", **(job or {})},
         "generation": {"max_tokens": MAX_TOKENS, "enable_thinking": False},
         "servers": {"count": servers, "base_port": free_base_port(servers),
                     "model_path": "sim/test-model",
@@ -33,6 +34,7 @@ def write_job_toml(directory: Path, *, servers: int, prompts: int,
                     **FAST_SERVERS, **server_keys},
         "servers.flags": {"max-running-requests": SLOTS, **SIM_FLAGS, **(flags or {})},
         "control": {"socket": str(directory / "control.sock")},
+        "uploads": dict(uploads or {}),
     }
     text = "".join(f"[{name}]\n" + "".join(f"{k} = {_value(v)}\n" for k, v in body.items())
                    + "\n" for name, body in sections.items())

@@ -110,10 +110,7 @@ class Actions:
 
     async def requeue_failed(self, req: c.RequeueFailedRequest,
                              caller: c.Caller | None) -> c.RequeueResult:
-        method = getattr(Store, "requeue_failed", None)
-        if method is None:
-            raise Refused(501, "this daemon cannot requeue failed prompts yet")
-        count = await self.astore.call(method, req.reason_like)
+        count = await self.astore.call(Store.requeue_failed, req.reason_like, actor_of(caller))
         self.dispatcher.poke()
         result = c.RequeueResult("failed", int(count))
         await self.audit("requeue-failed", caller, req, result)

@@ -90,6 +90,8 @@ class Job:
         self.reload_lock = anyio.Lock()
         self.task_group: anyio.abc.TaskGroup | None = None   # where a reload's roll runs
         self._job_lock: Any = None
+        # How often "every server FAILED" is logged again while it lasts.
+        self.all_failed_warn_s = 60.0
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -362,10 +364,14 @@ class Job:
 
     async def _watch(self, status: StatusBuilder) -> None:
         """Until the job is finished (or paused, when asked to stop then)."""
+        from supervisor.job.all_failed_alarm import AllFailedAlarm
+
+        alarm = AllFailedAlarm(self.all_failed_warn_s)
         while True:
             await self._apply_disk_guard()
             snapshot = await status.build()
             self.systemd.ready()
+            alarm.check(snapshot)
             if self.on_status is not None:
                 self.on_status(snapshot)
             self.systemd.progress(snapshot)

@@ -120,6 +120,8 @@ def progress_line(s: JobStatus) -> str:
             parts.append(f"UPLOADS STOPPED: {u.stopped}")
     if s.dispatch.paused:
         parts.append("PAUSED: " + "; ".join(s.dispatch.paused.values()))
+    if s.servers and all(srv.state is ServerState.FAILED for srv in s.servers):
+        parts.append("EVERY SERVER FAILED: `dflash-supervisor ctl reset NAME` to start one again")
     if s.stopping:
         # First, so systemctl status shows it even when the line is cut.
         head, _, rest = s.stopping.partition(": ")

@@ -31,6 +31,8 @@ from supervisor.servers.exit_classifier import (ExitReason, Trigger, classify,
 from supervisor.servers.health import probe
 from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env,
                                                max_running)
+from supervisor.servers.port_owner import (PortHolder, foreign_listener, port_holder,
+                                           served_by_group)
 from supervisor.servers.process_group import ServerProcess, spawn, stop_group
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
@@ -41,6 +43,10 @@ from supervisor.servers.watchers import (Decision, Failure, Request, watch_exit,
 log = logging.getLogger("supervisor.servers")
 
 S = ServerState
+
+# Before a launch the port is checked this many times, PORT_RECHECK_S apart.
+PORT_CHECKS = 3
+PORT_RECHECK_S = 1.0
 
 
 @dataclass
@@ -189,6 +195,11 @@ class ManagedServer:
         await self._transition(S.STARTING, self._start_reason, self._start_actor,
                                argv=list(spec.argv), gpus=list(spec.gpus))
         env = build_env(spec, self.ctx.base_env)
+        holder = await self._port_taken(spec)
+        if holder is not None:
+            self.last_exit = classify(Trigger.SPAWN_FAILED, None, (), holder.describe())
+            await self._after_failure(self.last_exit, give_up=True)
+            return
         try:
             proc = await anyio.to_thread.run_sync(
                 spawn, spec.argv, env, self.log, f"{self.name} start #{self._starts}", self.ctx.cwd,
@@ -224,8 +235,29 @@ class ManagedServer:
                                 f"/health_generate not 200 after {s.startup_timeout_s:g} s")
             ok, _ = await probe(self.ctx.client, spec.base_url, min(s.health_timeout_s, remaining))
             if ok and proc.returncode is None:
-                return _Ready()
+                # 200 is not enough: it must be our process that answered.
+                if await anyio.to_thread.run_sync(served_by_group, spec.port, proc.pgid,
+                                                  limiter=self.ctx.proc_limiter):
+                    return _Ready()
+                other = await anyio.to_thread.run_sync(foreign_listener, spec.port, proc.pgid,
+                                                       limiter=self.ctx.proc_limiter)
+                if other is not None:
+                    return Failure(Trigger.SPAWN_FAILED, f"{other.describe()}, which answered "
+                                   "the health probe instead of our server", give_up=True)
             await self._sleep_unless_poked(min(interval, max(remaining, 0.0)))
+
+    async def _port_taken(self, spec: ServerSpec) -> PortHolder | None:
+        """The port's holder when another program has it. Checked a few times a second
+        apart: a server of ours that was just stopped may take a moment to let go."""
+        holder = None
+        for attempt in range(PORT_CHECKS):
+            holder = await anyio.to_thread.run_sync(port_holder, spec.host, spec.port,
+                                                    limiter=self.ctx.proc_limiter)
+            if holder is None:
+                return None
+            if attempt + 1 < PORT_CHECKS:
+                await anyio.sleep(PORT_RECHECK_S)
+        return holder
 
     async def _sleep_unless_poked(self, timeout_s: float) -> None:
         # Wake early for an operator request but leave it pending for the caller to take.
@@ -305,11 +337,17 @@ class ManagedServer:
             await self._transition(S.STOPPED, str(reason), actor, **self._exit_detail(reason, stopped))
             self._start_reason, self._start_actor = detail, actor
             return
-        await self._after_failure(reason, stopped)
+        await self._after_failure(reason, stopped,
+                                  give_up=isinstance(outcome, Failure) and outcome.give_up)
 
-    async def _after_failure(self, reason: ExitReason, stopped: str = "") -> None:
-        decision = self.policy.record_failure(self.ctx.monotonic())
+    async def _after_failure(self, reason: ExitReason, stopped: str = "",
+                             give_up: bool = False) -> None:
         detail = self._exit_detail(reason, stopped)
+        if give_up:
+            await self._transition(S.FAILED, f"{reason}; restarting cannot help, waiting for "
+                                   "an operator", **detail)
+            return
+        decision = self.policy.record_failure(self.ctx.monotonic())
         detail["failures_in_window"] = decision.failures_in_window
         if decision.give_up:
             await self._transition(

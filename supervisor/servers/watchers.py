@@ -35,6 +35,9 @@ class Request:
 class Failure:
     trigger: Trigger
     detail: str
+    # Restarting cannot help (our port answered by another program): FAILED at once,
+    # waiting for an operator, instead of a restart loop.
+    give_up: bool = False
 
 
 @dataclass
