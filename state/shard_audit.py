@@ -34,6 +34,7 @@ class RestoredLine:
     server: str | None
     attempts: int
     finished_at: float | None
+    loop: bool | None = None     # None: written before loops were checked
 
 
 class ShardAudit(StoreConnection):
@@ -81,8 +82,8 @@ class ShardAudit(StoreConnection):
                     "UPDATE prompts SET status = 'done', messages = ?, content = ?, "
                     "reasoning_content = ?, finish_reason = ?, prompt_tokens = ?, "
                     "completion_tokens = ?, reasoning_tokens = ?, max_tokens = ?, model = ?, "
-                    "server = ?, attempts = ?, finished_at = ?, started_at = NULL, error = NULL, "
-                    "shard_id = ? WHERE id = ?",
+                    "server = ?, attempts = ?, finished_at = ?, loop = ?, started_at = NULL, "
+                    "error = NULL, shard_id = ? WHERE id = ?",
                     (dumps(ln.messages), ln.content, ln.reasoning_content, ln.finish_reason,
                      ln.prompt_tokens, ln.completion_tokens, ln.reasoning_tokens, ln.max_tokens,
-                     ln.model, ln.server, ln.attempts, ln.finished_at, shard_id, ln.id))
+                     ln.model, ln.server, ln.attempts, ln.finished_at, ln.loop, shard_id, ln.id))

@@ -50,7 +50,7 @@ def restored_line(raw: bytes) -> RestoredLine:
             completion_tokens=usage.get("completion_tokens"),
             reasoning_tokens=usage.get("reasoning_tokens"), max_tokens=obj.get("max_tokens"),
             model=obj.get("model"), server=obj.get("server"), attempts=int(obj["attempt"]),
-            finished_at=obj.get("time"))
+            finished_at=obj.get("time"), loop=obj.get("loop"))
     except BadShardLine:
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
@@ -122,7 +122,8 @@ def rebuild_from_config(config: JobConfig) -> tuple[RebuildSummary, Any, Any]:
     from supervisor.job.lock import JobLock, JobLocked
     from supervisor.prompt_import import import_file, prompts_file_problem
     from supervisor.uploads.sink import UploadError
-    from supervisor.uploads.wiring import build_sink
+    from supervisor.shards.verify import SETTING_OUTPUT
+    from supervisor.uploads.wiring import build_sink, output_location
 
     state, prompts = config.path(config.job.state), config.path(config.job.prompts)
     problem = prompts_file_problem(prompts)
@@ -138,6 +139,7 @@ def rebuild_from_config(config: JobConfig) -> tuple[RebuildSummary, Any, Any]:
                 imported = import_file(store, prompts, partition=config.job.partition)
                 spool = spool_dir(config)
                 summary = rebuild(store, config, build_sink(config, spool), spool)
+                store.set_setting(SETTING_OUTPUT, output_location(config, spool))
                 return summary, imported, store.counts()
             finally:
                 store.close()
