@@ -91,6 +91,10 @@ def cmd_run(args: argparse.Namespace) -> int:
         # Not the config's fault: the scheduler's retry (or systemd's) may find the store up.
         print(f"dflash-supervisor: {exc}", file=sys.stderr)
         return EXIT_FAILED
+    except ImportError as exc:
+        # boto3 is first imported when the output is checked at start.
+        print(f"dflash-supervisor: broken installation: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except Exception as exc:
         line = one_line_error(exc)
         if line is None:

@@ -9,6 +9,7 @@ import time
 from typing import Callable
 
 from supervisor.job.status import JobStatus
+from supervisor.servers.server_state import ServerState
 
 log = logging.getLogger("supervisor.job")
 
@@ -16,7 +17,7 @@ WARN_EVERY_S = 60.0
 
 
 def all_failed(status: JobStatus) -> bool:
-    return bool(status.servers) and all(str(s.state) == "FAILED" for s in status.servers)
+    return bool(status.servers) and all(s.state is ServerState.FAILED for s in status.servers)
 
 
 def alarm_text(status: JobStatus) -> str:
@@ -38,7 +39,7 @@ class AllFailedAlarm:
         if not all_failed(status):
             if self._last is not None:
                 log.warning("servers are back: %d of %d not FAILED", sum(
-                    1 for s in status.servers if str(s.state) != "FAILED"), len(status.servers))
+                    1 for s in status.servers if s.state is not ServerState.FAILED), len(status.servers))
             self._last = None
             return False
         now = self.clock()
