@@ -10,7 +10,7 @@ from supervisor.config import load_config, parse_config
 from supervisor.job.reload_plan import ReloadRefused, diff, load_for_reload, plan_reload
 
 BASE = {"servers": {"count": 2, "model_path": "m",
-                    "flags": {"max-running-requests": 8, "context-length": 4096}}}
+                    "flags": {"max-running-requests": 8, "context-length": 8192}}}
 
 
 def cfg(**sections):
@@ -49,7 +49,7 @@ def test_live_keys_are_applied_live():
 def test_flag_changes_roll_and_removed_flags_are_none():
     old = cfg(servers={"flags": {"mem-fraction-static": 0.9}})
     new = parse_config({"servers": {"count": 2, "model_path": "m", "flags": {
-        "max-running-requests": 16, "context-length": 4096, "enable-metrics": True}}})
+        "max-running-requests": 16, "context-length": 8192, "enable-metrics": True}}})
     plan = plan_reload(old, new)
     assert plan.live == ()
     assert plan.flag_delta() == {"max-running-requests": 16, "mem-fraction-static": None,
@@ -70,8 +70,12 @@ def test_restart_only_keys_refuse_the_whole_reload_naming_the_key(section, key, 
 
 
 def test_max_tokens_at_the_context_length_is_refused_before_anything_applies():
-    with pytest.raises(ReloadRefused, match="generation.max_tokens: 4096 is not below"):
-        plan_reload(cfg(generation={"max_tokens": 100}), cfg(generation={"max_tokens": 4096}))
+    # Such a config is refused when it is loaded (supervisor/config.py), so a reload
+    # never gets to apply it.
+    with pytest.raises(ReloadRefused, match="generation.max_tokens: 8192 is at or past the "
+                                            "servers' context-length 8192"):
+        load_for_reload(lambda: cfg(generation={"max_tokens": 8192}),
+                        cfg(generation={"max_tokens": 100}))
 
 
 def test_a_bad_file_is_refused_with_one_line(tmp_path: Path):
