@@ -395,6 +395,8 @@ def _check_context_length(cfg: JobConfig) -> None:
     ctx = cfg.servers.flags.get("context-length")
     if ctx is None:
         return
+    if isinstance(ctx, str) and ctx.strip().isdigit():
+        ctx = int(ctx)          # SGLang's argparse takes "32768" as well
     if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
         raise ConfigError(f"servers.flags.context-length: must be an integer >= 1, got {ctx!r}")
     if cfg.generation.max_tokens >= ctx:

@@ -32,6 +32,7 @@ def _with(section: str, **values) -> dict:
      "generation.max_tokens: 4096 is at or past the servers' context-length 4096"),
     ({"servers": {**BASE["servers"], "flags": {"context-length": 2048}},
       "generation": {"max_tokens": 8192}}, "context-length 2048"),
+    ({"servers": {**BASE["servers"], "flags": {"context-length": "2048"}}}, "context-length 2048"),
     ({"servers": {**BASE["servers"], "flags": {"context-length": "long"}}},
      "servers.flags.context-length: must be an integer >= 1"),
     ({"servers": {"count": 8, "model_path": "m", "base_port": 65530}},
