@@ -42,7 +42,8 @@ from supervisor.dispatch.dispatcher import Dispatcher  # noqa: E402
 from supervisor.shards.keys import shard_key_for  # noqa: E402
 from supervisor.servers.endpoint import Endpoint  # noqa: E402
 from supervisor.shards.writer import ShardWriter  # noqa: E402
-from tests.support import free_port, sim_argv, wait_healthy  # noqa: E402
+from supervisor.free_ports import free_port  # noqa: E402
+from tests.fixtures.sim_servers import sim_argv, wait_healthy  # noqa: E402
 
 
 def start_sims(count: int, flags: list[str]) -> list[tuple[subprocess.Popen, str]]:

@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 from supervisor.dispatch.loop_detector import is_loop  # noqa: E402
 from supervisor.sim.looping_text import loop_plan, loop_visible, prompt_words  # noqa: E402
 from supervisor.sim.output_plan import natural_length, prompt_digest  # noqa: E402
-from tests.support import SHARED_DATA  # noqa: E402
+from tests.fixtures.real_prompts import CHAT_QUESTIONS  # noqa: E402
 from benchmarks.bench_dispatch import start_sims, stop_sims  # noqa: E402
 
 THINK = {"separate_reasoning": True, "chat_template_kwargs": {"enable_thinking": True}}
@@ -98,13 +98,9 @@ def score(rows: list[list[dict]], answers: list[dict], seed: int, share: float,
 
 def real_rows() -> list[list[dict]]:
     rows = []
-    for name in ("mt_bench_questions.jsonl", "vicuna_bench_questions.jsonl"):
-        path = SHARED_DATA / name
-        if not path.exists():
-            return []
-        for line in path.read_text(encoding="utf-8").splitlines():
-            for turn in json.loads(line)["turns"]:
-                rows.append([{"role": "user", "content": turn}])
+    for line in CHAT_QUESTIONS.read_text(encoding="utf-8").splitlines():
+        for turn in json.loads(line)["turns"]:
+            rows.append([{"role": "user", "content": turn}])
     return rows
 
 
@@ -142,7 +138,7 @@ def main() -> None:
         stop_sims(sims)
     real = real_rows()
     if not real:
-        print(f"   real prompts: not found under {SHARED_DATA}; skipped")
+        print(f"   real prompts: none in {CHAT_QUESTIONS}; skipped")
     else:
         tally = Tally()
         for seed in range(args.seeds):

@@ -118,7 +118,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=4)
     args = p.parse_args()
 
-    from tests.uploads.moto_process import DUMMY_AWS, UNSET, MotoServer, s3_client
+    from tests.fixtures.moto_s3 import DUMMY_AWS, UNSET, MotoServer, s3_client
 
     for name in UNSET:
         os.environ.pop(name, None)

@@ -26,3 +26,10 @@ def free_base_port(count: int, start: int = 31000, stop: int = 60000) -> int:
             for s in socks:
                 s.close()
     raise RuntimeError("no free block of loopback ports found")
+
+
+def free_port() -> int:
+    """One free loopback port, chosen by the kernel."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

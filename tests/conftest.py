@@ -8,7 +8,8 @@ from typing import Callable, Iterator
 
 import pytest
 
-from tests.support import SimServer, free_port, sim_argv, wait_healthy
+from supervisor.free_ports import free_port
+from tests.fixtures.sim_servers import SimServer, sim_argv, wait_healthy
 
 
 @pytest.fixture

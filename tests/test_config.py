@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import ConfigError, Partition, load_config, parse_config, with_flags
-from tests.support import REPO
+from tests.fixtures import REPO
 
 BASE = {"servers": {"count": 2, "model_path": "/models/m"}}
 

@@ -17,8 +17,8 @@ from supervisor.control.client import ControlClient, ControlUnreachable
 from supervisor.control.contract import Status
 from supervisor.free_ports import free_base_port
 from supervisor.demo.prompts import write_demo_prompts
-from tests.servers.real_job import FAST_SERVERS
-from tests.support import read_db
+from tests.fixtures.real_job import FAST_SERVERS
+from tests.fixtures.state_db import read_db
 
 # Slow enough that the job never finishes during a test (about 1 s a request, 16 slots,
 # 20,000 prompts), fast enough to start in a fraction of a second.

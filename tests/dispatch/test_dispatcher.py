@@ -13,10 +13,13 @@ import pytest
 from state.store import Store
 from supervisor.servers.endpoint import Endpoint
 
-from tests.support import free_port, shared_prompts
-from .helpers import db_rows, dispatching, job_config, open_store, serve_until, wait_until
+from supervisor.free_ports import free_port
+from tests.fixtures import REPO
+from tests.fixtures.real_prompts import real_prompts
+from tests.fixtures.dispatching import (db_rows, dispatching, job_config, open_store, serve_until,
+                                        wait_until)
 
-ODD_SERVER = Path(__file__).with_name("odd_server.py")
+ODD_SERVER = REPO / "tests" / "fixtures" / "odd_chat_server.py"
 
 
 def _rows(n: int, text: str = "Say something about the number {i}.") -> list[dict]:
@@ -26,7 +29,7 @@ def _rows(n: int, text: str = "Say something about the number {i}.") -> list[dic
 
 async def test_real_prompts_complete_once_with_every_field(tmp_path, sim_server):
     sim = sim_server("--sim-instant", "--max-running-requests", "8")
-    rows = shared_prompts()
+    rows = real_prompts()
     store = open_store(tmp_path, rows)
     cfg = job_config(tmp_path, job={"model": "test-model"}, generation={"max_tokens": 2048})
     try:

@@ -10,7 +10,7 @@ from supervisor.shards.keys import shard_key_for
 from supervisor.servers.endpoint import Endpoint
 from supervisor.shards.writer import ShardWriter
 
-from .helpers import db_rows, dispatching, job_config, open_store, serve_until
+from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_store, serve_until
 
 
 def _shard_lines(directory) -> list[dict]:

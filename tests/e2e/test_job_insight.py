@@ -13,8 +13,8 @@ from supervisor.control import contract as c
 from supervisor.control.metrics import RestartCauses, render
 from supervisor.control.snapshot import build_status
 from supervisor.job.status import JobStatus, progress_line
-from tests.servers.real_job import job_config, run_job
-from tests.support import read_db
+from tests.fixtures.real_job import job_config, run_job
+from tests.fixtures.state_db import read_db
 
 pytestmark = pytest.mark.slow
 

@@ -14,7 +14,7 @@ from typing import Callable
 
 import pytest
 
-from tests.support import read_db
+from tests.fixtures.state_db import read_db
 
 
 @dataclass

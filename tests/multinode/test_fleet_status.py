@@ -14,7 +14,7 @@ import pytest
 
 from tests.multinode.node_config import node_config
 from tests.multinode.nodes import Node, wait_for
-from tests.support import write_jsonl
+from tests.fixtures.real_prompts import write_jsonl
 
 pytestmark = pytest.mark.slow
 

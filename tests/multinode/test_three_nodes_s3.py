@@ -17,8 +17,8 @@ import pytest
 
 from tests.multinode.node_config import node_config
 from tests.multinode.nodes import Node, slurm_env, wait_for
-from tests.support import write_jsonl
-from tests.uploads.moto_process import MotoServer, objects, s3_env
+from tests.fixtures.real_prompts import write_jsonl
+from tests.fixtures.moto_s3 import MotoServer, objects, s3_env
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import pytest
 from supervisor.prompt_import import partition_of
 from tests.multinode.node_config import node_config
 from tests.multinode.nodes import Node
-from tests.support import write_jsonl
+from tests.fixtures.real_prompts import write_jsonl
 
 pytestmark = pytest.mark.slow
 

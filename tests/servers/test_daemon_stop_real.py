@@ -15,7 +15,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .real_job import alive, free_base_port, live_group_members, query, transitions
+from tests.fixtures.real_job import alive, free_base_port, live_group_members, query, transitions
 
 pytestmark = pytest.mark.slow
 

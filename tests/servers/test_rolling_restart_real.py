@@ -14,7 +14,7 @@ from supervisor.job import Job
 from supervisor.servers.fleet import RollingResult
 from supervisor.servers.server_state import ServerState
 
-from .real_job import (SLOTS, Transition, assert_every_prompt_once, assert_nothing_left,
+from tests.fixtures.real_job import (SLOTS, Transition, assert_every_prompt_once, assert_nothing_left,
                        completed_on, job_config, query, run_job, sim_get, state_of, transitions,
                        wait_fleet, wait_for)
 

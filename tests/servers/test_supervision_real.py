@@ -21,7 +21,7 @@ from supervisor.job import Job
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
 
-from .real_job import (WRAPPER, alive, assert_every_prompt_once, assert_nothing_left,
+from tests.fixtures.real_job import (WRAPPER, alive, assert_every_prompt_once, assert_nothing_left,
                        completed_on, job_config, query, run_job, sim_fault, sim_state, state_of,
                        transitions, wait_fleet, wait_for)
 

@@ -15,7 +15,7 @@ from supervisor.servers.watchers import Decision, watch_progress
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 
-from .fake_dispatcher import Progress
+from tests.fixtures.fake_dispatcher import Progress
 
 
 class Counters:

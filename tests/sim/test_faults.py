@@ -12,7 +12,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.support import SimServer
+from tests.fixtures.sim_servers import SimServer
 
 CHAT = {"messages": [{"role": "user", "content": "Say something."}], "max_tokens": 20,
         "separate_reasoning": True}

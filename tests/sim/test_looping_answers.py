@@ -8,7 +8,7 @@ import httpx
 from supervisor.dispatch.loop_detector import is_loop
 from supervisor.sim.looping_text import loop_plan, loop_visible, prompt_words
 from supervisor.sim.output_plan import natural_length, prompt_digest
-from tests.support import shared_prompts
+from tests.fixtures.real_prompts import real_prompts
 
 THINK = {"separate_reasoning": True, "chat_template_kwargs": {"enable_thinking": True}}
 
@@ -77,8 +77,9 @@ def test_without_a_loop_share_nothing_loops(sim_server):
 
 
 def test_real_prompts_echoed_in_loops_are_detected(sim_server):
-    """MT-bench and Vicuna questions: multilingual text, quotes and newlines in the loops."""
+    """The real-questions fixture: multilingual text, quotes and newlines in the loops."""
     sim = sim_server("--sim-instant", "--sim-loop-share", "0.5")
-    rows = [r["messages"] for r in shared_prompts()]
+    rows = [r["messages"] for r in real_prompts()]
     tp, fp, fn, tn = _confusion(rows, _answers(sim.base_url, rows, 4096), 0, 0.5)
-    assert tp >= 5 and fp == 0 and fn <= 1, (tp, fp, fn, tn)
+    # 48 questions at a 0.5 loop share: only the truncated ones can loop, a handful.
+    assert tp >= 3 and fp == 0 and fn <= 1, (tp, fp, fn, tn)

@@ -10,7 +10,7 @@ from state.async_store import AsyncStore
 from state.records import Requeue
 from state.store import Store
 
-from .helpers import rows
+from tests.fixtures.state_db import rows
 
 
 async def test_unbound_and_bound_methods_run_in_a_worker_thread(tmp_path):

@@ -20,7 +20,7 @@ from state.schema import MIGRATIONS, SCHEMA_VERSION, migrate
 from state.store import Store
 from supervisor.job import Job
 from supervisor.servers.server_state import ServerState
-from tests.servers.real_job import (completed_on, job_config, query, run_job, sim_fault,
+from tests.fixtures.real_job import (completed_on, job_config, query, run_job, sim_fault,
                                     state_of, wait_fleet, wait_for)
 
 README = Path(__file__).resolve().parents[2] / "state" / "README.md"

@@ -15,11 +15,11 @@ from pathlib import Path
 
 from state.store import Store
 from supervisor.prompt_import import import_file
-from tests.support import SHARED_DATA
 
-REPO = Path(__file__).resolve().parents[2]
-SHARED = SHARED_DATA
-CHILD = Path(__file__).with_name("crash_child.py")
+from tests.fixtures import REPO
+from tests.fixtures.real_prompts import CHAT_QUESTIONS
+
+CHILD = REPO / "tests" / "fixtures" / "shard_crash_child.py"
 
 # Each run resumes the previous one's DB and spool, and is killed at the named point.
 CRASHES = ["claim.mid_tx:3", "record.mid_tx:4", "assign.mid_tx:2", "shard.before_rename:2",
@@ -42,18 +42,15 @@ def shard_files(spool: Path) -> dict[str, bytes]:
 
 
 def import_prompts(tmp_path: Path, db: Path) -> list[str]:
-    """400 generated prompts plus the MT-bench questions when present; returns their ids."""
+    """400 generated prompts plus the real questions fixture; returns their ids."""
     path = tmp_path / "prompts.jsonl"
     ids = [f"gen-{i:04d}" for i in range(400)]
     with open(path, "w", encoding="utf-8") as f:
         for i, pid in enumerate(ids):
             f.write(json.dumps({"id": pid, "prompt": f"Question number {i}?"}) + "\n")
-    files = [path]
-    real = SHARED / "mt_bench_questions.jsonl"
-    if real.exists():
-        files.append(real)
-        ids += [str(json.loads(line)["question_id"])
-                for line in real.read_text(encoding="utf-8").splitlines()]
+    files = [path, CHAT_QUESTIONS]
+    ids += [str(json.loads(line)["question_id"])
+            for line in CHAT_QUESTIONS.read_text(encoding="utf-8").splitlines()]
     with Store.open(db) as store:
         for p in files:
             summary = import_file(store, p)

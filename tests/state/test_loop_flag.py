@@ -10,7 +10,7 @@ from state.records import StatusCounts
 from state.schema import migrate
 from state.store import Store
 
-from .helpers import done, key_for, rows
+from tests.fixtures.state_db import done, key_for, rows
 
 
 def _three_truncated(store: Store) -> list[str]:

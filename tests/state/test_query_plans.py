@@ -10,7 +10,7 @@ import time
 from state.records import Retry
 from state.store import Store
 
-from .helpers import done, key_for, rows
+from tests.fixtures.state_db import done, key_for, rows
 
 # Whole-table reads allowed on purpose: recount (an operator's repair, index-only).
 ALLOWED_SCANS = ("GROUP BY status",)

@@ -10,7 +10,7 @@ from state.records import Failed, Requeue, Retry, StatusCounts
 from state.schema import SCHEMA_VERSION, SchemaError
 from state.store import Store
 
-from .helpers import done, key_for, rows
+from tests.fixtures.state_db import done, key_for, rows
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from supervisor.state_backup.restore import NodeIdentity, restore_if_missing
 from supervisor.uploads.output_reader import S3Reader
 from supervisor.uploads.s3_client import S3Location
 from supervisor.uploads.s3_sink import S3Sink
-from tests.uploads.moto_process import MotoServer
+from tests.fixtures.moto_s3 import MotoServer
 
 MIB = 1024 * 1024
 

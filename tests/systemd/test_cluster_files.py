@@ -16,7 +16,8 @@ import yaml
 from supervisor.config import Partition, parse_config
 from supervisor.prompt_import import partition_of
 from tests.multinode.node_config import node_config
-from tests.support import REPO, write_jsonl
+from tests.fixtures import REPO
+from tests.fixtures.real_prompts import write_jsonl
 
 SBATCH = REPO / "systemd" / "slurm" / "dflash-supervisor.sbatch"
 MANIFEST = REPO / "systemd" / "k8s" / "indexed-job.yaml"

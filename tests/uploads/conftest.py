@@ -9,8 +9,8 @@ from typing import Any, Callable, Iterator
 
 import pytest
 
-from tests.uploads.fault_proxy import FaultProxy
-from tests.uploads.moto_process import DUMMY_AWS, UNSET, MotoServer, s3_client
+from tests.fixtures.fault_proxy import FaultProxy
+from tests.fixtures.moto_s3 import DUMMY_AWS, UNSET, MotoServer, s3_client
 
 _buckets = itertools.count(1)
 

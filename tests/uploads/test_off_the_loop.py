@@ -12,8 +12,8 @@ from supervisor.uploads.disk_guard import DiskGuard
 from supervisor.uploads.s3_client import S3Location
 from supervisor.uploads.s3_sink import S3Sink
 from supervisor.uploads.uploader import Uploader
-from tests.uploads.moto_process import objects
-from tests.uploads.shards import store_with_shards
+from tests.fixtures.moto_s3 import objects
+from tests.fixtures.state_db import store_with_shards
 
 
 async def test_a_drain_and_the_disk_guard_make_no_blocking_call_on_the_loop(tmp_path, moto, s3,

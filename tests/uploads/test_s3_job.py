@@ -16,8 +16,8 @@ from typing import Any, Callable
 
 import pytest
 
-from tests.uploads.moto_process import objects, s3_env
-from tests.support import read_db
+from tests.fixtures.moto_s3 import objects, s3_env
+from tests.fixtures.state_db import read_db
 
 pytestmark = pytest.mark.slow
 

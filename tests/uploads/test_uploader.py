@@ -17,7 +17,7 @@ from supervisor.uploads.backoff import Backoff
 from supervisor.uploads.fake_sink import FakeSink
 from supervisor.uploads.sink import CorruptUploadError, FatalUploadError, TransientUploadError
 from supervisor.uploads.uploader import Uploader
-from tests.uploads.shards import finish_prompts, store_with_shards
+from tests.fixtures.state_db import finish_prompts, store_with_shards
 
 FAST = Backoff(0.01, 0.05)
 

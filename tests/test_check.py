@@ -85,7 +85,7 @@ def test_example_config_through_the_cli_prints_every_server_command() -> None:
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[2]
+    repo = Path(__file__).resolve().parents[1]
     out = subprocess.run([sys.executable, "-m", "supervisor", "check", "--config",
                           "systemd/example-config.toml"], cwd=repo, capture_output=True,
                          text=True, timeout=300, stdin=subprocess.DEVNULL)

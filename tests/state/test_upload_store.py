@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.uploads.shards import store_with_shards
+from tests.fixtures.state_db import store_with_shards
 
 
 def test_rewrite_shard_resets_only_a_written_shard_with_that_digest(tmp_path):

@@ -9,7 +9,7 @@ from state.records import Completion, Done
 from state.store import Store
 from supervisor.shards.writer import ShardWriter, shard_bytes
 
-from .helpers import done, key_for, rows
+from tests.fixtures.state_db import done, key_for, rows
 
 
 def _finish(store: Store, n: int, t0: float = 100.0) -> list[str]:

@@ -10,9 +10,8 @@ import pytest
 from state.store import Store
 from supervisor.config import Partition
 from supervisor.prompt_import import import_file, main, parse_prompt, partition_of
-from tests.support import SHARED_DATA
 
-SHARED = SHARED_DATA
+from tests.fixtures.real_prompts import CHAT_QUESTIONS
 
 
 def write(path: Path, lines: list) -> Path:
@@ -107,13 +106,10 @@ def test_partitions_are_disjoint_and_cover_the_file(tmp_path):
 
 
 def test_real_benchmark_questions_import(tmp_path, store):
-    files = [SHARED / n for n in ("mt_bench_questions.jsonl", "vicuna_bench_questions.jsonl")]
-    if not all(f.exists() for f in files):
-        pytest.skip(f"real prompt data not found under {SHARED}")
-    s = import_file(store, files[0])
-    assert (s.imported, s.rejected) == (80, 0)
+    s = import_file(store, CHAT_QUESTIONS)
+    assert (s.imported, s.rejected) == (48, 0)
     [first] = store.claim(1, "gpu0", 1.0)
-    q = json.loads(files[0].read_text(encoding="utf-8").splitlines()[0])
+    q = json.loads(CHAT_QUESTIONS.read_text(encoding="utf-8").splitlines()[0])
     assert first.id == str(q["question_id"])
     assert first.messages == [{"role": "user", "content": q["turns"][0]}]
 

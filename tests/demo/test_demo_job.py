@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support import read_db
+from tests.fixtures.state_db import read_db
 
 pytestmark = pytest.mark.slow
 

@@ -1,0 +1,95 @@
+"""The server state table: every allowed and every refused pair, and ManagedServer checking
+each transition against it."""
+
+from __future__ import annotations
+
+import itertools
+import time
+from pathlib import Path
+
+import anyio
+import pytest
+
+from supervisor.config import DispatchSection, ServersSection
+from supervisor.servers.managed_server import FleetContext, ManagedServer
+from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.server_log import ServerLog
+from supervisor.servers.server_state import (ALLOWED_TRANSITIONS, IllegalTransition,
+                                             ServerState, check_transition)
+
+S = ServerState
+
+# Written out by hand, apart from the table: a change to the table must be made here too,
+# on purpose, with the life-cycle path that needs it.
+EXPECTED = {
+    (S.STOPPED, S.STARTING),
+    (S.STARTING, S.READY), (S.STARTING, S.STOPPING), (S.STARTING, S.BACKOFF),
+    (S.STARTING, S.FAILED), (S.STARTING, S.STOPPED),
+    (S.READY, S.DRAINING), (S.READY, S.STOPPING),
+    (S.DRAINING, S.STOPPING),
+    (S.STOPPING, S.STOPPED), (S.STOPPING, S.BACKOFF), (S.STOPPING, S.FAILED),
+    (S.STOPPING, S.STOPPING),
+    (S.BACKOFF, S.STARTING), (S.BACKOFF, S.STOPPED),
+    (S.FAILED, S.STARTING), (S.FAILED, S.STOPPED),
+}
+PAIRS = list(itertools.product(ServerState, repeat=2))
+
+
+def test_the_table_is_exactly_the_expected_transitions():
+    assert set(ALLOWED_TRANSITIONS) == set(ServerState)
+    assert {(a, b) for a, targets in ALLOWED_TRANSITIONS.items() for b in targets} == EXPECTED
+
+
+@pytest.mark.parametrize("old,new", [p for p in PAIRS if p in EXPECTED],
+                         ids=lambda s: str(s))
+def test_allowed_pair_passes(old, new):
+    check_transition(old, new)
+
+
+@pytest.mark.parametrize("old,new", [p for p in PAIRS if p not in EXPECTED],
+                         ids=lambda s: str(s))
+def test_refused_pair_raises_naming_both_states(old, new):
+    with pytest.raises(IllegalTransition, match=f"{old} -> {new}"):
+        check_transition(old, new)
+
+
+def test_every_state_is_reachable_and_every_state_can_reach_stopped():
+    def reachable(start: ServerState) -> set[ServerState]:
+        seen, todo = {start}, [start]
+        while todo:
+            for nxt in ALLOWED_TRANSITIONS[todo.pop()]:
+                if nxt not in seen:
+                    seen.add(nxt)
+                    todo.append(nxt)
+        return seen
+
+    assert reachable(S.STOPPED) == set(ServerState)
+    # The daemon can always shut a server down, whatever state it is in.
+    assert all(S.STOPPED in reachable(s) for s in ServerState)
+
+
+def _server(tmp_path: Path, events: list[tuple]) -> ManagedServer:
+    servers = ServersSection(count=1, model_path="m")
+
+    async def store_call(*args: object) -> None:
+        events.append(args)
+
+    ctx = FleetContext(store_call=store_call, dispatcher=None, client=None,  # type: ignore[arg-type]
+                       clock=time.time, monotonic=time.monotonic, on_change=lambda: None,
+                       proc_limiter=anyio.CapacityLimiter(1))
+    return ManagedServer("gpu0", (0,), 30000, servers, DispatchSection(), ctx,
+                         ServerLog(tmp_path / "gpu0.log"), RestartPolicy.from_config(servers))
+
+
+async def test_managed_server_refuses_a_transition_off_the_table(tmp_path: Path):
+    events: list[tuple] = []
+    server = _server(tmp_path, events)
+    assert server.state is S.STOPPED
+    with pytest.raises(IllegalTransition):
+        await server._transition(S.READY, "skipping STARTING")
+    assert server.state is S.STOPPED and events == []      # nothing changed, nothing recorded
+    await server._transition(S.STARTING, "a start")
+    assert server.state is S.STARTING
+    [(method, kind, name, detail, actor, _)] = events
+    assert (method, kind, name, actor) == ("add_event", "server_state", "gpu0", "supervisor")
+    assert (detail["from"], detail["to"]) == ("STOPPED", "STARTING")
