@@ -6,7 +6,7 @@ from __future__ import annotations
 from state.store import Store
 from supervisor.offline_status import main, summary_json
 
-from .helpers import done, rows
+from tests.fixtures.state_db import done, rows
 
 
 def test_truncation_split_and_energy_from_the_db(tmp_path, capsys):
