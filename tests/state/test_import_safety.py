@@ -15,7 +15,7 @@ from state.store import Store
 from supervisor.job.lock import JobLock
 from supervisor.prompt_import import import_file, parse_prompt
 from tests.fs_faults import assert_one_line, cli
-from tests.state.test_prompt_import import write
+from tests.test_prompt_import import write
 from tests.support import read_db
 
 
