@@ -130,6 +130,25 @@ class LengthEta:
             return float(len(self._running))
         return (self._busy_area - a0) / (now - t0)
 
+    def _rate_drift(self, overhead: float, blocks: int = 8) -> float:
+        """How much the decode rate moved across recent completions, relative: the spread
+        of the rate over consecutive blocks of them. A fit's standard error assumes the
+        rate holds still; a node whose rate drifts (thermal limits, a neighbour's load,
+        batch composition) must show a wider interval for it."""
+        samples = list(self._rates)
+        size = len(samples) // blocks
+        if size < 8:
+            return 0.0
+        rates = []
+        for b in range(blocks):
+            chunk = samples[b * size:(b + 1) * size]
+            busy = sum(s for _, s in chunk) - overhead * len(chunk)
+            if busy <= 0:
+                return 0.0
+            rates.append(sum(t for t, _ in chunk) / busy)
+        mean = sum(rates) / blocks
+        return math.sqrt(sum((r - mean) ** 2 for r in rates) / (blocks - 1)) / mean
+
     def _busy_spread(self, slots: float) -> float:
         """Coefficient of variation of the busy-slot average over recent estimates."""
         seen = self._busy_seen
@@ -238,7 +257,8 @@ class LengthEta:
         # The decode rate's error scales the whole time; combine it as a relative spread.
         # The decode rate's error and the throughput's own unsteadiness (slots not kept busy,
         # a server restarting) scale the whole time; combined as one relative spread.
-        rel = math.hypot(rate_rse, self._busy_spread(slots) if to_start else 0.0)
+        rel = math.hypot(rate_rse, self._rate_drift(overhead),
+                         self._busy_spread(slots) if to_start else 0.0)
         lo_s = seconds(max(0.0, low - Z80 * sd_tokens)) / (1.0 + Z80 * rel)
         hi_s = seconds(high + Z80 * sd_tokens) / max(1e-3, 1.0 - Z80 * rel)
         reason = None

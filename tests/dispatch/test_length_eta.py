@@ -155,3 +155,19 @@ def test_unsteady_throughput_widens_the_interval():
     steady = width([30] * 20)
     unsteady = width([20, 40] * 10)
     assert unsteady > 2 * steady
+
+
+def test_a_drifting_decode_rate_widens_the_interval():
+    def width(rate_of) -> float:
+        eta = LengthEta(clock=lambda: 0.0)
+        for i, v in enumerate(_lengths(512)):
+            eta.started(i, 4096, now=0.0)
+            n = min(v, 4096)
+            eta.finished(i, n, v > 4096, now=n / rate_of(i))
+        eta.started("x", 4096, now=0.0)
+        est = eta.estimate(10_000, 4096, now=1.0)
+        return (est.high_s - est.low_s) / est.eta_s
+
+    steady = width(lambda i: RATE)
+    drifting = width(lambda i: RATE * (0.8 if (i // 64) % 2 else 1.2))   # blocks of 64
+    assert drifting > 2 * steady
