@@ -168,3 +168,21 @@ def test_run_exits_4_when_prompts_failed_for_good(tmp_path: Path):
     assert out.returncode == EXIT_PROMPTS_FAILED == 4, out.stderr[-2000:]
     assert "finished with 20 failed prompts" in out.stderr
     assert "requeue --failed" in out.stderr
+
+
+def test_a_db_older_than_its_output_is_refused(tmp_path: Path):
+    """What a lost WAL or a restored old backup leaves: a DB that misses the last shards."""
+    import shutil
+    config, _ = _finished_job(tmp_path)
+    state = config.path(config.job.state)
+    shutil.copy(state, tmp_path / "old.db")         # closed cleanly: no WAL beside it
+    bigger = job_config(tmp_path / "job", servers=2, prompts=2 * N)   # same job, more prompts
+    _, result = anyio.run(run_job, bigger)
+    assert result.finished
+    # The first run's partial last shard stays; the new results fill shards 4 to 6.
+    assert len(list(config.path(config.job.output).glob("shard-*.jsonl"))) == 6
+    for suffix in ("-wal", "-shm"):
+        Path(str(state) + suffix).unlink(missing_ok=True)
+    shutil.copy(tmp_path / "old.db", state)
+    text = _refusal(bigger)
+    assert "holds 3 shards of this job" in text and "shard-000004.jsonl" in text
