@@ -69,6 +69,9 @@ class JobCounts(Record):
     # Done prompts cut off (finish_reason length) under a lower limit than the live max
     # tokens: what "requeue truncated" would send back to pending now (Store.truncated_count).
     requeueable_truncated: int | None = None
+    # Done prompts that ended at their limit (not looping), whatever the limit: what a
+    # requeue after raising max tokens sends back (the max-tokens dialog offers it).
+    truncated: int | None = None
 
     @property
     def remaining(self) -> int:

@@ -131,7 +131,8 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                  flags: FlagSource | None = None,
                  throughput: tuple[c.ThroughputPoint, ...] = (),
                  events: tuple[c.Event, ...] = (),
-                 requeueable_truncated: int | None = None) -> c.Status:
+                 requeueable_truncated: int | None = None,
+                 truncated: int | None = None) -> c.Status:
     d = js.dispatch
     r, q = d.rates, d.quality
     servers: tuple[ServerSnapshot, ...] = tuple(js.servers)
@@ -142,7 +143,7 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
         context_length=context_length(config),
         job=c.JobCounts(total=js.total, done=js.done, pending=js.pending,
                         in_flight=js.in_flight, failed=js.failed,
-                        requeueable_truncated=requeueable_truncated),
+                        requeueable_truncated=requeueable_truncated, truncated=truncated),
         rates=c.Rates(req_per_s=r.req_per_s, tok_per_s=r.tok_per_s,
                       avg_output_tokens=r.avg_output_tokens, completions=r.completions,
                       window_s=config.quality.metrics_window_s, span_s=r.span_s,

@@ -79,7 +79,9 @@ class StatusBuilder:
         # What "requeue truncated" would re-run now (a partial-index count): the TUI's
         # confirmation says how many.
         requeueable = await self.astore.call(Store.truncated_count, d.max_tokens, False)
+        # ... and what it would re-run after max tokens is raised past every old limit.
+        truncated = await self.astore.call(Store.truncated_count, None, False)
         return build_status(js, config, started_at=self.started_at,
                             histogram=d.lengths.histogram(d.max_tokens), flags=self.fleet,
                             throughput=throughput, events=events,
-                            requeueable_truncated=requeueable)
+                            requeueable_truncated=requeueable, truncated=truncated)

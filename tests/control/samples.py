@@ -38,7 +38,7 @@ def status(servers: int = 8, **changes: object) -> Status:
         schema_version=SCHEMA_VERSION, time=T0, started_at=T0 - 7200.0, daemon_pid=1234,
         model="nvidia/Nemotron-H-8B", max_tokens=8192, context_length=32768,
         job=JobCounts(total=900_000, done=312_345, pending=587_000, in_flight=500, failed=155,
-                      requeueable_truncated=4_321),
+                      requeueable_truncated=4_321, truncated=50_000),
         rates=Rates(req_per_s=9.4, tok_per_s=19_500.25, avg_output_tokens=2074.5,
                     completions=564, window_s=60.0, span_s=60.0, warming_up=False),
         eta=Eta(seconds=62_500.0, warming_up=False, basis="windowed req/s", low_s=58_000.0,
