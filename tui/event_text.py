@@ -38,6 +38,13 @@ def describe(event: Event) -> str:
         return f"uploads recovered after {d.get('failures', '?')} failures"
     if k == "upload_corrupt":
         return f"{event.subject}: stored bytes differed, uploading again"
+    if k == "control_action":
+        # The socket's audit row (who asked, what, the answer); what it changed follows as
+        # its own event. Shown as the request, briefly.
+        request = d.get("request")
+        args = " ".join(f"{n}={json.dumps(v, ensure_ascii=False)}"
+                        for n, v in request.items()) if isinstance(request, dict) else ""
+        return f"asked: {event.subject} {args}".rstrip()
     if k == "job_started":
         return f"daemon started (pid {d.get('pid', '?')}, {d.get('servers', '?')} servers)"
     if k == "job_stopped":

@@ -77,7 +77,7 @@ def healthy(servers: int = 8) -> Status:
         daemon_pid=40001, model="Qwen/Qwen3-Next-80B-A3B-Thinking", max_tokens=4096,
         context_length=32768,
         job=JobCounts(total=900_000, done=171_234, pending=728_254, in_flight=500, failed=12,
-                      requeueable_truncated=412),
+                      requeueable_truncated=412, truncated=29_977),
         rates=Rates(req_per_s=9.4, tok_per_s=20_470.0, avg_output_tokens=2177.0,
                     completions=564, window_s=60.0, span_s=60.0, warming_up=False),
         eta=Eta(seconds=77_525.0, warming_up=False),

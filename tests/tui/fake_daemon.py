@@ -65,8 +65,7 @@ class FakeDaemon:
         old = self._s.max_tokens
         self.status_now = replace(self._s, max_tokens=value)
         return MaxTokensResult(old=old, new=value,
-                               requeued=self._s.job.requeueable_truncated
-                               if requeue_truncated else None)
+                               requeued=self._s.job.truncated if requeue_truncated else None)
 
     async def requeue_truncated(self) -> RequeueResult:
         self._call("requeue_truncated")

@@ -58,7 +58,7 @@ async def test_max_tokens_dialog_sends_value_and_requeue() -> None:
         call = await until_called(pilot, d, "set_max_tokens")
         assert call[1] == (6000, True)
         await pilot.pause(0.05)
-        assert any("4,096 → 6,000" in m and "412" in m for m in notices(app))
+        assert any("4,096 → 6,000" in m and "29,977" in m for m in notices(app))
 
 
 async def test_max_tokens_without_requeue_and_bad_value() -> None:

@@ -66,6 +66,9 @@ def test_events_read_as_sentences() -> None:
         "retune all servers: --max-running-requests 48"
     assert describe(ev("uploads_stopped", "uploads", {"reason": "NoSuchBucket"})) == \
         "UPLOADS STOPPED: NoSuchBucket"
+    assert describe(ev("control_action", "pause", {"request": {"reason": "checking"},
+                                                   "result": {"changed": True}})) == \
+        'asked: pause reason="checking"'
     # A kind this version does not know still says what it is, never a traceback.
     assert describe(ev("new_kind", "job", {"a": 1})) == 'new_kind job {"a": 1}'
     assert describe(replace(ev("paused", "quality", {}), detail_json="not json")) == \

@@ -58,10 +58,19 @@ def term(tmp_path: Path) -> Iterator[Terminal]:
         yield t
     finally:
         subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True, timeout=10)
-        # Nothing the demo started may outlive the test.
+        # Nothing the demo started may outlive the test (its servers' command lines do not
+        # name the directory: take the daemon's whole tree).
         for p in psutil.process_iter(["cmdline"]):
             if str(tmp_path) in " ".join(p.info["cmdline"] or ()):
-                p.kill()
+                try:
+                    tree = [p, *p.children(recursive=True)]
+                except psutil.NoSuchProcess:
+                    continue
+                for q in tree:
+                    try:
+                        q.kill()
+                    except psutil.NoSuchProcess:
+                        pass
 
 
 def test_demo_tui_in_a_terminal(term: Terminal) -> None:
@@ -106,4 +115,14 @@ def test_demo_tui_in_a_terminal(term: Terminal) -> None:
     term.wait_for(lambda s: "DEMO-EXIT=0" in s, "the demo to exit", timeout_s=90)
     # Quitting the TUI stopped the demo: its daemon and every server process are gone.
     gone, alive = psutil.wait_procs([daemon] + servers, timeout=10)
+    assert alive == []
+
+
+def test_closing_the_terminal_stops_the_demo(term: Terminal) -> None:
+    screen = term.wait_for(lambda s: "● live" in s and s.count("READY") >= 3,
+                           "the TUI attached with three READY servers", timeout_s=60)
+    daemon = psutil.Process(int(re.search(r"pid (\d+)", screen).group(1)))
+    tree = [daemon, *daemon.children(recursive=True)]
+    term.tmux("kill-session", "-t", term.name)        # as an SSH session dropping
+    gone, alive = psutil.wait_procs(tree, timeout=60)
     assert alive == []

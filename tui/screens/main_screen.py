@@ -163,7 +163,7 @@ class MainScreen(Screen[None]):
                     answer_text.max_tokens)
 
         self.app.push_screen(self.max_tokens_dialog.prepare(
-            s.max_tokens, s.context_length, s.job.requeueable_truncated), chosen)
+            s.max_tokens, s.context_length, s.job.truncated), chosen)
 
     def action_requeue(self) -> None:
         s = self.status

@@ -140,7 +140,8 @@ class ServerTable(DataTable[Text | str]):
             for s in servers:
                 for key, value in row_cells(s, gpus).items():
                     if self.get_cell(s.name, key) != value:
-                        self.update_cell(s.name, key, value)
+                        # update_width: a column grows with its values (uptime 9s -> 1h02m).
+                        self.update_cell(s.name, key, value, update_width=True)
         self._offer_reset()
 
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
