@@ -24,24 +24,39 @@ def run_with_tui(config_path: Path, socket: str, log_path: Path) -> int:
             stdout=log, stderr=log, stdin=subprocess.DEVNULL, start_new_session=True,
             cwd=config_path.parent)
     # The TUI owns the terminal; a stray Ctrl+C must not kill this process and orphan the
-    # daemon while the TUI is still up.
-    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # daemon while the TUI is still up. A hang-up (the terminal or SSH session closed) or a
+    # SIGTERM ends the demo the same way as quitting: the daemon is stopped, not orphaned.
+    previous = {sig: signal.signal(sig, handler) for sig, handler in (
+        (signal.SIGINT, signal.SIG_IGN), (signal.SIGHUP, _exit), (signal.SIGTERM, _exit))}
     try:
         tui = subprocess.run([sys.executable, "-m", "tui", "--socket", socket])
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         code = _stop(daemon)
     if tui.returncode != 0:
-        print(f"demo: dflash-tui exited with status {tui.returncode}", file=sys.stderr)
-    print(f"demo: daemon stopped (exit {code}); state, shards and logs in {config_path.parent}; "
-          "run the same command again to resume", flush=True)
+        _say(f"demo: dflash-tui exited with status {tui.returncode}")
+    _say(f"demo: daemon stopped (exit {code}); state, shards and logs in {config_path.parent}; "
+         "run the same command again to resume")
     return 0 if tui.returncode == 0 else 1
+
+
+def _say(line: str) -> None:
+    # After a hang-up the terminal is gone: saying so must not stop the daemon being stopped.
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
+
+
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)
 
 
 def _stop(daemon: subprocess.Popen[bytes]) -> int:
     if daemon.poll() is None:
-        print("demo: stopping the demo daemon and its servers…", flush=True)
         daemon.send_signal(signal.SIGTERM)
+        _say("demo: stopping the demo daemon and its servers…")
         try:
             daemon.wait(timeout=STOP_TIMEOUT_S)
         except subprocess.TimeoutExpired:
