@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import ConfigError, check_gpus_exist, load_config, parse_config
-from supervisor.gpu.nvml_source import NvmlSource
+from supervisor.gpu.nvml_source import node_gpu_count
 from tests.fs_faults import assert_one_line, cli
 from tests.gpu.fake_nvml import FakeNvml
 
@@ -71,7 +71,7 @@ def test_toml_nan_and_inf_in_a_file_are_refused(tmp_path: Path):
 
 
 def test_gpu_indices_the_driver_does_not_see_are_refused():
-    count = NvmlSource(nvml=FakeNvml(count=2)).device_count()
+    count = node_gpu_count(FakeNvml(count=2))
     assert count == 2
     check_gpus_exist(parse_config({"servers": {"gpus": [0, 1], "model_path": "m"}}), count)
     with pytest.raises(ConfigError, match=r"servers.gpus: GPU 2, 7 does not exist \(this node has 2: 0..1\)"):
@@ -79,7 +79,7 @@ def test_gpu_indices_the_driver_does_not_see_are_refused():
     with pytest.raises(ConfigError, match="servers.count: GPU 2 does not exist"):
         check_gpus_exist(parse_config({"servers": {"count": 3, "model_path": "m"}}), count)
     # No driver: nothing to check. The simulator uses no GPU at all.
-    assert NvmlSource(nvml=FakeNvml(init_error=9)).device_count() is None
+    assert node_gpu_count(FakeNvml(init_error=9)) is None
     check_gpus_exist(parse_config({"servers": {"count": 9, "model_path": "m"}}), None)
     sim = parse_config({"servers": {"count": 9, "model_path": "m",
                                     "command": ["python", "-m", "supervisor.sim"]}})

@@ -91,18 +91,6 @@ class NvmlSource(GpuSource):
                     pass
             self._initialised = False
 
-    def device_count(self) -> int | None:
-        """How many GPUs the driver sees, or None when it cannot say (no driver here)."""
-        with self._lock:
-            if self._ensure_init(self._clock()) is not None:
-                return None
-            nvml = self._nvml
-            assert nvml is not None
-            try:
-                return int(nvml.nvmlDeviceGetCount())
-            except nvml.NVMLError:
-                return None
-
     # -- sampling ---------------------------------------------------------------------------
 
     def _metric(self, name: str, errors: list[str], fn: Callable[[], T]) -> T | None:
@@ -173,10 +161,24 @@ class NvmlSource(GpuSource):
                                 driver_version=driver, gpus=gpus)
 
 
-def node_gpu_count() -> int | None:
-    """GPUs on this node as NVML sees them, or None without a driver (nothing to check)."""
-    source = NvmlSource()
+def node_gpu_count(nvml: ModuleType | None = None) -> int | None:
+    """GPUs on this node as NVML sees them, or None without a driver (nothing to check).
+    Quiet: a machine without GPUs is normal for `check`, and telemetry says so itself."""
+    if nvml is None:
+        try:
+            import pynvml as nvml
+        except ImportError:
+            return None
     try:
-        return source.device_count()
+        nvml.nvmlInit()
+    except (nvml.NVMLError, OSError):
+        return None
+    try:
+        return int(nvml.nvmlDeviceGetCount())
+    except nvml.NVMLError:
+        return None
     finally:
-        source.close()
+        try:
+            nvml.nvmlShutdown()
+        except nvml.NVMLError:
+            pass
