@@ -30,6 +30,9 @@ def node_config(path: Path, *, prompts: Path, output: str, partition: str = "aut
         'log_dir = "logs"', "startup_timeout_s = 60", "health_interval_s = 0.5",
         "stop_grace_s = 5", "drain_timeout_s = 10", "backoff_initial_s = 0.5", "",
         "[servers.flags]", *(f"{k} = {v}" for k, v in flags.items()), "",
+        # A short graceful-stop grace: slow simulated requests would hold a SIGTERM for the
+        # default 120 s.
+        "[dispatch]", "stop_grace_s = 5", "",
         "[uploads]", 'spool_dir = "spool"', "min_free_bytes = 0", "timeout_s = 10",
         "retry_initial_s = 0.2", "retry_max_s = 2", "drain_timeout_s = 60",
         *([f"endpoint_url = {_q(endpoint_url)}"] if endpoint_url else []), "",
