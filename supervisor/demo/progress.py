@@ -6,7 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from supervisor.job.status import progress_line
+from supervisor.job.progress_line import progress_line
 
 
 class ProgressPrinter:

@@ -10,9 +10,9 @@ from typing import Any
 from supervisor.dispatch.dispatcher import DispatchSnapshot
 from supervisor.dispatch.length_eta import EtaEstimate
 from supervisor.gpu.energy import EnergySnapshot
-from supervisor.dispatch.metrics import eta_seconds, format_duration
+from supervisor.dispatch.metrics import eta_seconds
 from supervisor.gpu.snapshot import GpuTelemetry
-from supervisor.servers.server_state import ServerSnapshot, ServerState
+from supervisor.servers.server_state import ServerSnapshot
 from supervisor.uploads.upload_status import UploadStatus
 
 
@@ -79,55 +79,3 @@ def _plain(value: Any) -> Any:
     if is_dataclass(value) and not isinstance(value, type):
         return _plain(asdict(value))
     return value
-
-
-def progress_line(s: JobStatus) -> str:
-    r = s.dispatch.rates
-    q = s.dispatch.quality
-    pct = 100.0 * s.done / s.total if s.total else 0.0
-    ready = sum(1 for srv in s.servers if srv.state is ServerState.READY)
-    eta = format_duration(s.eta_s)
-    e = s.length_eta
-    if s.remaining and e is not None and e.low_s is not None and e.high_s is not None:
-        eta += f" [{format_duration(e.low_s)}-{format_duration(e.high_s)}]"
-    eta += " (warming up)" if s.eta_warming_up else ""
-    trunc = f"trunc {100 * q.truncation_rate:.1f}%"
-    if q.loop_rate:
-        trunc += f" (long {100 * q.long_rate:.1f}%, loop {100 * q.loop_rate:.1f}%)"
-    parts = [
-        f"{s.done}/{s.total} ({pct:.0f}%)",
-        f"{r.req_per_s:.1f} req/s",
-        f"{_si(r.tok_per_s)} tok/s",
-        f"avg {r.avg_output_tokens:.0f} tok",
-        trunc,
-        f"bad {100 * q.bad_rate:.1f}%",
-        f"ETA {eta}",
-        f"servers {ready}/{len(s.servers)} ready",
-    ]
-    if s.failed:
-        parts.append(f"failed {s.failed}")
-    if s.energy is not None and s.energy.available:
-        energy = f"{s.energy.kwh:.2f} kWh"
-        if s.energy.joules_per_token is not None:
-            energy += f" ({s.energy.joules_per_token:.2f} J/tok)"
-        parts.append(energy)
-    u = s.uploads
-    if u is not None:
-        # A local output's "backlog" is only the shard being checked: not worth a column.
-        if u.remote:
-            parts.append(f"S3 backlog {u.backlog_shards} ({u.backlog_bytes / 1e6:.0f} MB)")
-        if u.stopped:
-            parts.append(f"UPLOADS STOPPED: {u.stopped}")
-    if s.dispatch.paused:
-        parts.append("PAUSED: " + "; ".join(s.dispatch.paused.values()))
-    if s.servers and all(srv.state is ServerState.FAILED for srv in s.servers):
-        parts.append("EVERY SERVER FAILED: `dflash-supervisor ctl reset NAME` to start one again")
-    if s.stopping:
-        # First, so systemctl status shows it even when the line is cut.
-        head, _, rest = s.stopping.partition(": ")
-        parts.insert(0, f"{head.upper()}: {rest}" if rest else head.upper())
-    return "  ".join(parts)
-
-
-def _si(x: float) -> str:
-    return f"{x / 1000:.1f}k" if x >= 1000 else f"{x:.0f}"

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import time
 
-from supervisor.job.status import JobStatus, progress_line
+from supervisor.job.progress_line import progress_line
+from supervisor.job.status import JobStatus
 from supervisor.notify import Notifier
 
 
