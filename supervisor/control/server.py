@@ -24,6 +24,9 @@ from supervisor.control.peer import PeerCredProtocol
 from supervisor.control.socket_file import BoundSocket
 
 log = logging.getLogger("supervisor.control")
+# uvicorn's own INFO lines ("Started server process", "Shutting down") say nothing an operator
+# needs; its warnings (bad requests) and errors stay.
+logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
 
 # Connections and requests at once; past it uvicorn answers 503 instead of queueing, so a
 # flood of clients costs the job nothing but refusals.
