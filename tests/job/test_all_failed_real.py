@@ -12,7 +12,7 @@ import anyio
 import pytest
 
 from supervisor.job import Job, JobResult
-from supervisor.job.status import progress_line
+from supervisor.job.progress_line import progress_line
 from supervisor.gpu.fake_source import FakeGpuSource
 from tests.servers.real_job import fast_fleet, job_config, wait_for
 
