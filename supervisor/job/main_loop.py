@@ -13,6 +13,7 @@ it only finishes its shards and uploads.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import signal
@@ -171,7 +172,8 @@ class Job:
         try:
             store = await anyio.to_thread.run_sync(self._open_store)
         except BaseException:
-            bound.close()
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(bound.close)
             self._job_lock.release()
             raise
         astore = AsyncStore(store)
@@ -179,7 +181,8 @@ class Job:
             return await self._run(astore, bound)
         finally:
             with anyio.CancelScope(shield=True):
-                bound.close()
+                # Off the loop: closing the socket file stats and unlinks it.
+                await anyio.to_thread.run_sync(bound.close)
                 await anyio.to_thread.run_sync(store.close)
                 self._job_lock.release()
                 self.systemd.stopped()
@@ -188,14 +191,15 @@ class Job:
         cfg = self.config
         status = self._status = StatusBuilder(astore, self._started)
         spool = spool_dir(cfg)
-        spool.mkdir(parents=True, exist_ok=True)
+        await anyio.to_thread.run_sync(functools.partial(spool.mkdir, parents=True, exist_ok=True))
         dispatcher = self.dispatcher = status.dispatcher = Dispatcher(astore, cfg)
         gpu = self.gpu = status.gpu = self._gpu_sampler()
         status.energy = await EnergyLedger.open(astore, cfg)
         # A broken uploads install fails the start here; it must never run an S3 job that
         # uploads nothing and still reports "finished".
         try:
-            uploader, disk_guard = build_uploads(cfg, astore, spool)
+            # In a thread: building a sink resolves paths and creates clients (blocking calls).
+            uploader, disk_guard = await anyio.to_thread.run_sync(build_uploads, cfg, astore, spool)
         except ImportError as exc:
             raise JobError(f"broken installation: {exc}") from None
         self.uploader = status.uploader = uploader

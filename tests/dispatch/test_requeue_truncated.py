@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 
+import anyio
+
 from state.store import Store
 from supervisor.shards.keys import shard_key_for
 from supervisor.servers.endpoint import Endpoint
@@ -32,7 +34,7 @@ async def test_requeue_truncated_replaces_lines_in_place(tmp_path, sim_server):
             ep = Endpoint("gpu0", sim.base_url, 8)
             await serve_until(d, astore, ep, lambda c: c.done == len(rows))
             await d.flush()
-            writer.sync(True)
+            await anyio.to_thread.run_sync(writer.sync, True)
             before = {l["id"]: l for l in _shard_lines(out)}
             truncated = {i for i, l in before.items() if l["finish_reason"] == "length"}
             assert truncated and len(truncated) < len(rows)     # the sim's long tail
@@ -43,7 +45,7 @@ async def test_requeue_truncated_replaces_lines_in_place(tmp_path, sim_server):
             await d.flush()
             # Nothing at the old limit is left to requeue.
             assert await astore.call(Store.requeue_truncated, 30_000) == 0
-            writer.sync(True)
+            await anyio.to_thread.run_sync(writer.sync, True)
     finally:
         store.close()
     after = _shard_lines(out)
@@ -88,7 +90,7 @@ async def test_loops_are_flagged_and_left_out_of_the_requeue_unless_asked(tmp_pa
             assert await d.requeue_truncated("test", include_loops=True) == looping
             await serve_until(d, astore, ep, lambda c: c.done == len(rows))
             await d.flush()
-            writer.sync(True)
+            await anyio.to_thread.run_sync(writer.sync, True)
     finally:
         store.close()
     lines = {line["id"]: line for line in _shard_lines(out)}

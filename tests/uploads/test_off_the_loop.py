@@ -18,7 +18,7 @@ from tests.fixtures.state_db import store_with_shards
 
 async def test_a_drain_and_the_disk_guard_make_no_blocking_call_on_the_loop(tmp_path, moto, s3,
                                                                              bucket):
-    store, _, spool = store_with_shards(tmp_path, 12, 5)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 12, 5)
     sink = S3Sink(S3Location.parse(f"s3://{bucket}/loop/"),
                   UploadsSection(endpoint_url=moto.url, timeout_s=5.0))
     up = Uploader(AsyncStore(store), sink, spool, idle_interval_s=0.05)

@@ -39,7 +39,7 @@ async def until(predicate: Callable[[], bool], what: str, timeout_s: float = 10.
 
 
 async def test_drain_uploads_every_shard_verified_and_removes_the_spool_copies(tmp_path):
-    store, _, spool = store_with_shards(tmp_path, 23, 5)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 23, 5)
     sink = FakeSink()
     up = uploader(store, sink, spool)
     assert await up.drain(10)
@@ -57,19 +57,19 @@ async def test_drain_uploads_every_shard_verified_and_removes_the_spool_copies(t
 
 
 async def test_keep_local_keeps_the_spool_copies(tmp_path):
-    store, _, spool = store_with_shards(tmp_path, 10, 5)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 10, 5)
     assert await uploader(store, FakeSink(), spool, keep_local=True).drain(10)
     assert len(list(spool.glob("*.jsonl"))) == 2
 
 
 async def test_a_sink_that_is_the_destination_never_loses_its_files(tmp_path):
-    store, _, spool = store_with_shards(tmp_path, 10, 5)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 10, 5)
     assert await uploader(store, FakeSink(removes_local=False), spool).drain(10)
     assert len(list(spool.glob("*.jsonl"))) == 2
 
 
 async def test_transient_failures_keep_the_backlog_then_it_drains(tmp_path):
-    store, _, spool = store_with_shards(tmp_path, 15, 5)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 15, 5)
     down = [TransientUploadError(f"put: EndpointConnectionError #{i}") for i in range(4)]
     sink = FakeSink(failures=list(down))
     sink.gate = threading.Event()
@@ -100,7 +100,7 @@ async def test_transient_failures_keep_the_backlog_then_it_drains(tmp_path):
 
 
 async def test_a_shard_that_keeps_failing_does_not_hold_up_the_others(tmp_path):
-    store, _, spool = store_with_shards(tmp_path, 15, 5)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 15, 5)
     first = store.shards()[0].key
     sink = FakeSink()
     sink.on_put = lambda blob: (_ for _ in ()).throw(
@@ -112,7 +112,7 @@ async def test_a_shard_that_keeps_failing_does_not_hold_up_the_others(tmp_path):
 
 
 async def test_a_fatal_error_stops_uploads_marks_nothing_and_keeps_the_files(tmp_path):
-    store, _, spool = store_with_shards(tmp_path, 10, 5)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 10, 5)
     sink = FakeSink(failures=[FatalUploadError("put: NoSuchBucket (HTTP 404): no bucket")])
     up = uploader(store, sink, spool, concurrency=1)
     assert not await up.drain(10)
@@ -126,7 +126,7 @@ async def test_a_fatal_error_stops_uploads_marks_nothing_and_keeps_the_files(tmp
 
 
 async def test_a_corrupt_upload_is_recorded_and_uploaded_again(tmp_path):
-    store, _, spool = store_with_shards(tmp_path, 5, 5)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 5, 5)
     sink = FakeSink(failures=[CorruptUploadError("holds sha256 0000…")])
     up = uploader(store, sink, spool)
     assert await up.drain(10)
@@ -136,7 +136,7 @@ async def test_a_corrupt_upload_is_recorded_and_uploaded_again(tmp_path):
 
 
 async def test_a_missing_spool_file_is_rebuilt_by_the_writer_then_uploaded(tmp_path):
-    store, writer, spool = store_with_shards(tmp_path, 10, 5)
+    store, writer, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 10, 5)
     [first, second] = store.shards()
     original = (spool / first.key).read_bytes()
     (spool / first.key).unlink()
@@ -146,14 +146,14 @@ async def test_a_missing_spool_file_is_rebuilt_by_the_writer_then_uploaded(tmp_p
     await up.drain(10)
     assert sink.puts == []                                   # neither bad file went out
     assert [s.status for s in store.shards()] == ["assigned", "assigned"]
-    writer.sync()
+    await anyio.to_thread.run_sync(writer.sync)
     assert await up.drain(10)
     assert sink.objects[first.key] == original
     assert all(s.status == "uploaded" for s in store.shards())
 
 
 async def test_a_shard_rewritten_during_its_upload_is_not_marked_and_goes_out_again(tmp_path):
-    store, writer, spool = store_with_shards(tmp_path, 5, 5)
+    store, writer, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 5, 5)
     shard = store.shards()[0]
     sink = FakeSink()
 
@@ -175,7 +175,7 @@ async def test_a_shard_rewritten_during_its_upload_is_not_marked_and_goes_out_ag
 
 
 async def test_uploads_run_at_most_concurrency_at_a_time(tmp_path):
-    store, _, spool = store_with_shards(tmp_path, 40, 4)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 40, 4)
     sink = FakeSink()
     sink.gate = threading.Event()
     up = uploader(store, sink, spool, concurrency=3)
@@ -192,7 +192,7 @@ async def test_uploads_run_at_most_concurrency_at_a_time(tmp_path):
 
 
 async def test_a_poke_starts_an_upload_without_waiting_for_the_idle_tick(tmp_path):
-    store, writer, spool = store_with_shards(tmp_path, 5, 5)
+    store, writer, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 5, 5)
     sink = FakeSink()
     up = uploader(store, sink, spool, idle_interval_s=3600.0)
     async with anyio.create_task_group() as tg:
@@ -201,14 +201,14 @@ async def test_a_poke_starts_an_upload_without_waiting_for_the_idle_tick(tmp_pat
         store.import_batch([ImportRow(f"q{i}", [{"role": "user", "content": "q"}], i)
                             for i in range(5)])
         finish_prompts(store, [f"q{i}" for i in range(5)], time.time() + 10)
-        writer.sync()
+        await anyio.to_thread.run_sync(writer.sync)
         up.poke()
         await until(lambda: len(sink.objects) == 2, "the poked shard")
         tg.cancel_scope.cancel()
 
 
 async def test_a_restart_removes_spool_copies_of_shards_already_uploaded(tmp_path):
-    store, _, spool = store_with_shards(tmp_path, 10, 5)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 10, 5)
     first = store.shards()[0]
     # A daemon killed between marking the shard uploaded and deleting its spool file.
     store.mark_shard_uploaded(first.id, first.md5, f"sha256:{first.sha256}", time.time())
@@ -228,7 +228,7 @@ def test_backoff_doubles_to_its_cap_with_at_least_half_of_each_step():
 
 
 async def test_a_job_ending_as_a_put_completes_still_marks_it_and_removes_the_copy(tmp_path):
-    store, _, spool = store_with_shards(tmp_path, 5, 5)
+    store, _, spool = await anyio.to_thread.run_sync(store_with_shards, tmp_path, 5, 5)
     sink = FakeSink()
     up = uploader(store, sink, spool)
     async with anyio.create_task_group() as tg:
