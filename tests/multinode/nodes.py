@@ -38,8 +38,14 @@ class Node:
         return self
 
     def wait(self, timeout_s: float = 120.0) -> int:
+        """The node's exit status; a node still running after `timeout_s` fails the test with
+        the end of its log, which says where it stood."""
         assert self.proc is not None
-        return self.proc.wait(timeout=timeout_s)
+        try:
+            return self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"node {self.index} still running after {timeout_s:.0f} s; its log "
+                        f"ends:\n{self.log_tail()}")
 
     def log_tail(self) -> str:
         return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
