@@ -8,6 +8,7 @@ import signal
 import subprocess
 import sys
 import time
+import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -64,6 +65,31 @@ class Node:
                 os.killpg(pgid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+        # A server started in the instant before its group reached the DB is not in the
+        # table; left alive it would hold the port a replacement node is configured with.
+        for pid in self._servers_on_our_ports():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _servers_on_our_ports(self) -> list[int]:
+        servers = tomllib.loads(self.config.read_text())["servers"]
+        ports = {str(servers["base_port"] + i) for i in range(servers.get("count", 1))}
+        found = []
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                argv = (proc / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            args = [a.decode(errors="replace") for a in argv]
+            if "supervisor.sim" in args and any(
+                    a == "--port" and i + 1 < len(args) and args[i + 1] in ports
+                    for i, a in enumerate(args)):
+                found.append(int(proc.name))
+        return found
 
     def stop(self) -> None:
         if self.proc is not None and self.proc.poll() is None:

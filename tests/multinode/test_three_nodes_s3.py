@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import subprocess
 import sys
 import time
@@ -119,10 +120,13 @@ def test_a_lost_node_is_replaced_from_its_backup_without_regenerating_uploads(
     backed_up = {s["key"] for s in manifest(s3, bucket, backup_key)["shards"]}
     before = shard_digests(s3, bucket, "run/part-0001-of-0003/")
     assert len(before) > len(backed_up) >= 1   # some uploads are only in the output
-    # The node's disk is gone; a new node (new work directory) takes partition 1.
-    import shutil
+    # The node's disk is gone; a new node (new work directory, its own port, servers at full
+    # speed) takes partition 1.
     shutil.rmtree(lost.workdir)
-    new = Node(1, lost.config, tmp_path / "node1-replacement")
+    replacement = node_config(tmp_path / "job-1-replacement.toml", prompts=prompts,
+                              output=output, endpoint_url=moto.url, shard_size=10,
+                              backup_interval_s=3.0)
+    new = Node(1, replacement, tmp_path / "node1-replacement")
     try:
         new.start(slurm_env(s3_env(), 1, 3))
         assert new.wait(180) == 0, new.log_tail()
