@@ -15,6 +15,14 @@ from supervisor.free_ports import free_port
 from tests.fixtures.sim_servers import SimServer, sim_argv, wait_healthy
 
 
+@pytest.fixture(scope="session")
+def anyio_backend() -> str:
+    """The daemon runs on asyncio (`anyio.run`'s default; uvicorn serves its socket there), so
+    its tests do too: anyio would otherwise run each async test again on every other backend
+    it finds installed."""
+    return "asyncio"
+
+
 @pytest.fixture(autouse=True)
 def no_blocking_calls_on_the_event_loop(request: pytest.FixtureRequest) -> Iterator[None]:
     """An async test fails when the daemon's code makes a blocking call (file or socket I/O,

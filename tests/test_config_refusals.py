@@ -10,7 +10,7 @@ import pytest
 
 from supervisor.config import ConfigError, check_gpus_exist, load_config, parse_config
 from supervisor.gpu.nvml_source import node_gpu_count
-from tests.fs_faults import assert_one_line, cli
+from tests.fixtures.fs_faults import assert_one_line, cli
 from tests.gpu.fake_nvml import FakeNvml
 
 BASE = {"servers": {"count": 2, "model_path": "/models/m"}}

@@ -19,6 +19,7 @@ from typing import Iterator
 import pytest
 
 from tests.control import daemon
+from tests.fixtures import REPO
 
 pytestmark = pytest.mark.slow
 
@@ -50,13 +51,19 @@ def as_nobody(*argv: str, groups: int | None = None) -> subprocess.CompletedProc
     who = ["--groups", str(groups)] if groups is not None else ["--clear-groups"]
     return subprocess.run([SETPRIV, "--reuid", "nobody", "--regid", "nogroup", *who, *argv],
                           capture_output=True, text=True, timeout=60, cwd="/",
-                          env={**os.environ, "HOME": "/"})
+                          env={**os.environ, "HOME": "/", "PYTHONPATH": str(REPO)})
 
 
 @pytest.mark.skipif(SETPRIV is None or os.geteuid() != 0,
                     reason="needs root and setpriv to connect as another user")
 def test_only_the_sockets_group_may_connect(tmp_path: Path, open_dir: Path) -> None:
     group = _group()
+    # The client runs as `nobody` with this Python: an interpreter or install under a
+    # directory only root may enter (a per-user pyenv in /root) cannot be used that way.
+    probe = as_nobody(sys.executable, "-c", "import supervisor.control.client")
+    if probe.returncode != 0:
+        pytest.skip(f"`nobody` cannot run {sys.executable} with this project: "
+                    f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")
     sock = open_dir / "run" / "control.sock"
     d = daemon.start(tmp_path / "job", servers=1,
                      control={"socket": str(sock), "group": group.gr_name})

@@ -14,7 +14,7 @@ import pytest
 from supervisor.job import Job, JobResult
 from supervisor.job.progress_line import progress_line
 from supervisor.gpu.fake_source import FakeGpuSource
-from tests.servers.real_job import fast_fleet, job_config, wait_for
+from tests.fixtures.real_job import fast_fleet, job_config, wait_for
 
 pytestmark = pytest.mark.slow
 

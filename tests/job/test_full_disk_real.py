@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fs_faults import cli, tmpfs
-from tests.job_toml import write_job_toml
+from tests.fixtures.fs_faults import cli, tmpfs
+from tests.fixtures.job_toml import write_job_toml
 
 pytestmark = pytest.mark.slow
 

@@ -12,8 +12,8 @@ import pytest
 
 from supervisor.config import load_config
 from supervisor.job import Job
-from tests.job.toml_file import job_data, write_toml
-from tests.servers.real_job import (assert_every_prompt_once, completed_on, query, run_job,
+from tests.fixtures.job_toml import job_data, write_toml
+from tests.fixtures.real_job import (assert_every_prompt_once, completed_on, query, run_job,
                                     transitions, wait_fleet, wait_for)
 
 pytestmark = pytest.mark.slow

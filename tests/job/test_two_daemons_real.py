@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 
 from supervisor.job.lock import holder_pid
-from tests.fs_faults import assert_one_line, cli
-from tests.job_toml import write_job_toml
-from tests.support import REPO, read_db
+from tests.fixtures.fs_faults import assert_one_line, cli
+from tests.fixtures.job_toml import write_job_toml
+from tests.fixtures import REPO
+from tests.fixtures.state_db import read_db
 
 pytestmark = pytest.mark.slow
 

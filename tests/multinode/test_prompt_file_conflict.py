@@ -14,7 +14,7 @@ import pytest
 from tests.multinode.node_config import node_config
 from tests.multinode.nodes import Node, slurm_env, wait_for
 from tests.multinode.test_three_nodes_s3 import prompts_file
-from tests.uploads.moto_process import MotoServer, objects, s3_env
+from tests.fixtures.moto_s3 import MotoServer, objects, s3_env
 
 pytestmark = pytest.mark.slow
 

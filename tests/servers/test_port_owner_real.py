@@ -16,8 +16,8 @@ import pytest
 from supervisor.gpu.fake_source import FakeGpuSource
 from supervisor.job import Job
 from supervisor.servers.port_owner import port_holder, served_by_group
-from tests.servers.real_job import fast_fleet, job_config, transitions
-from tests.support import sim_argv, wait_healthy
+from tests.fixtures.real_job import fast_fleet, job_config, transitions
+from tests.fixtures.sim_servers import sim_argv, wait_healthy
 
 pytestmark = pytest.mark.slow
 

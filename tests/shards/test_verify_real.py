@@ -13,9 +13,9 @@ import anyio
 import pytest
 
 from supervisor.job import JobError
-from tests.fs_faults import cli
-from tests.job_toml import write_job_toml
-from tests.servers.real_job import job_config, query, run_job
+from tests.fixtures.fs_faults import cli
+from tests.fixtures.job_toml import write_job_toml
+from tests.fixtures.real_job import job_config, query, run_job
 
 pytestmark = pytest.mark.slow
 

@@ -13,8 +13,8 @@ import pytest
 
 from state.checked_open import StateDBError, integrity_problems, open_checked
 from state.store import Store
-from tests.fs_faults import assert_one_line, cli, fill, tmpfs
-from tests.state.helpers import rows
+from tests.fixtures.fs_faults import assert_one_line, cli, fill, tmpfs
+from tests.fixtures.state_db import rows
 
 REPO = Path(__file__).resolve().parents[2]
 

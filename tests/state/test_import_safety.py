@@ -14,9 +14,9 @@ import pytest
 from state.store import Store
 from supervisor.job.lock import JobLock
 from supervisor.prompt_import import import_file, parse_prompt
-from tests.fs_faults import assert_one_line, cli
+from tests.fixtures.fs_faults import assert_one_line, cli
 from tests.test_prompt_import import write
-from tests.support import read_db
+from tests.fixtures.state_db import read_db
 
 
 @pytest.fixture
@@ -73,7 +73,7 @@ def test_changed_text_is_reported_and_can_be_reimported_as_new_work(tmp_path, st
     import_file(store, first)
     # Prompts that already have an answer: three of them will change.
     claimed = store.claim(30, "gpu0", 1.0)
-    from tests.state.helpers import done
+    from tests.fixtures.state_db import done
     store.record([done(c.id, 2.0) for c in claimed])
     second = write(tmp_path / "v2.jsonl", [
         {"id": f"p{i}", "prompt": f"q{i}" + (" (edited)" if i in (3, 7, 12) else "")}

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import REPO
-from tests.uploads.moto_process import objects, s3_env
+from tests.fixtures import REPO
+from tests.fixtures.moto_s3 import objects, s3_env
 from tests.uploads.test_s3_job import check_bucket, demo, query
 
 pytestmark = pytest.mark.slow
