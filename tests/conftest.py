@@ -25,24 +25,23 @@ def anyio_backend() -> str:
 
 @pytest.fixture(autouse=True)
 def no_blocking_calls_on_the_event_loop(request: pytest.FixtureRequest) -> Iterator[None]:
-    """An async test fails when the daemon's code makes a blocking call (file or socket I/O,
-    sleep, SQLite, a lock) on the event loop: the daemon is one loop, and such a call stalls
-    every request in flight. Blocking work belongs in a worker thread (anyio.to_thread), where
-    blockbuster allows it.
+    """An async test fails when the daemon's or the TUI's code makes a blocking call (file or
+    socket I/O, sleep, SQLite, a lock) on the event loop: each is one loop, and such a call
+    stalls every request in flight, or the screen. Blocking work belongs in a worker thread
+    (anyio.to_thread, a Textual thread worker), where blockbuster allows it. Whole jobs run
+    in-process are watched too, from their start to their last upload.
 
-    Watched: any call with a `supervisor` frame on its stack. `state` is left out so a test may
-    arrange and inspect its DB with the synchronous Store in its own body; the daemon's code
-    calling the store on the loop is still caught, through its own `supervisor` frame. The
-    simulator is a separate process, and the demo writes its prompts and config before its
-    loop starts (tests call those helpers to arrange a job): both are left out too."""
-    # Whole jobs (the slow real-process tests, and those marked whole_job) are not watched
-    # yet: the daemon's start still imports modules and resolves paths on the loop.
-    if (not inspect.iscoroutinefunction(getattr(request, "function", None))
-            or request.node.get_closest_marker("slow") is not None
-            or request.node.get_closest_marker("whole_job") is not None):
+    Watched: any call with a `supervisor` or `tui` frame on its stack. `state` is left out so
+    a test may arrange and inspect its DB with the synchronous Store in its own body; the
+    daemon's code calling the store on the loop is still caught, through its own `supervisor`
+    frame. The simulator is a separate process, and the demo writes its prompts and config
+    before its loop starts (tests call those helpers to arrange a job): both are left out too.
+    A test that must call the daemon's synchronous code itself (load a config, ask the sync
+    client) does it in a worker thread, as the daemon would."""
+    if not inspect.iscoroutinefunction(getattr(request, "function", None)):
         yield
         return
-    with blockbuster_ctx(["supervisor", "state"],
+    with blockbuster_ctx(["supervisor", "state", "tui"],
                          excluded_modules=["state", "supervisor.sim", "supervisor.demo"]):
         yield
 

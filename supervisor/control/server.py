@@ -75,4 +75,6 @@ class ControlServer:
                                 await server.shutdown(sockets=[self.bound.sock])
                 tg.cancel_scope.cancel()
         finally:
-            self.bound.close()
+            # Removing the file is a stat and an unlink: off the loop, even while cancelled.
+            with anyio.CancelScope(shield=True):
+                await anyio.to_thread.run_sync(self.bound.close)

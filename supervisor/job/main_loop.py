@@ -26,13 +26,18 @@ import anyio
 from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import JobConfig
+from supervisor.control import socket_file
 from supervisor.control.contract import Event, Status, ThroughputPoint
+from supervisor.control.server import ControlServer
 from supervisor.control.socket_file import BoundSocket
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu import GpuSampler, GpuSource, NvmlSource
+from supervisor.job.all_failed_alarm import AllFailedAlarm
 from supervisor.job.end_policy import end_reason
 from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.graceful_stop import GracefulStop
+from supervisor.job.lock import JobLock, JobLocked
+from supervisor.job.reload import reload_job
 from supervisor.job.status import JobStatus
 from supervisor.job.status_builder import StatusBuilder
 from supervisor.job.store_setup import JobError, open_job_store
@@ -40,6 +45,10 @@ from supervisor.job.systemd_report import SystemdReport
 from supervisor.notify import Notifier
 from supervisor.servers.fleet import Fleet, FleetOptions
 from supervisor.shards import ShardLoop, ShardWriter, shard_key_for, spool_dir
+from supervisor.shards.verify import (UnknownOutput, check_output_at_start, send_back,
+                                       verify_output)
+from supervisor.state_backup.node_state import NodeState
+from supervisor.state_backup.restore import RestoreRefused
 from supervisor.uploads.disk_guard import DiskGuard
 from supervisor.uploads.uploader import Uploader
 from supervisor.uploads.wiring import build_uploads
@@ -99,8 +108,6 @@ class Job:
     def _take_lock(self) -> None:
         """First of all: held until the job ends, so a second daemon on this job is refused
         here, before it could touch our socket, our servers (orphan cleanup) or our shards."""
-        from supervisor.job.lock import JobLock, JobLocked
-
         path = self.config.path(self.config.job.state)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -116,7 +123,6 @@ class Job:
                               check_output=self._check_output)
 
     def _check_output(self, store: Store) -> None:
-        from supervisor.shards.verify import UnknownOutput, check_output_at_start
         try:
             check_output_at_start(store, self.config)
         except UnknownOutput as exc:
@@ -125,9 +131,6 @@ class Job:
     def _prepare_node_state(self) -> None:
         """State backups (a node of a many-node job): refuse a prompt file the other nodes
         do not share, and restore a lost node's DB before it is opened."""
-        from supervisor.state_backup.node_state import NodeState
-        from supervisor.state_backup.restore import RestoreRefused
-
         try:
             self.node_state = NodeState.prepare(self.config)
             if self.node_state is not None:
@@ -141,8 +144,6 @@ class Job:
 
     def _bind_control(self) -> BoundSocket:
         """Before anything else: a second daemon on this socket stops here, touching nothing."""
-        from supervisor.control import socket_file
-
         c = self.config.control
         # A relative control.socket is relative to the config's directory (or --workdir), like
         # every other path in the config: N nodes sharing one config get N sockets.
@@ -258,8 +259,6 @@ class Job:
     async def _supervise(self, astore: AsyncStore, bound: BoundSocket, status: StatusBuilder,
                          shards: ShardLoop, backup: Any) -> None:
         """Servers, dispatch and the rest side by side, until the job ends or is stopped."""
-        from supervisor.control.server import ControlServer
-
         cfg, fleet, gpu = self.config, self.fleet, self.gpu
         uploader, disk_guard = self.uploader, self.disk_guard
         assert fleet is not None and gpu is not None
@@ -289,8 +288,6 @@ class Job:
                            uploader: Uploader) -> None:
         """At the end of a finished job every shard is checked once more; what is missing or
         changed is rewritten and delivered again before the job calls itself done."""
-        from supervisor.shards.verify import send_back, verify_output
-
         sink, spool = uploader.sink, spool_dir(self.config)
         for _ in range(2):
             report = await anyio.to_thread.run_sync(
@@ -360,7 +357,6 @@ class Job:
 
     async def reload(self, actor: str = "systemd") -> str:
         """Re-read the config file and apply what changed; see reload.py."""
-        from supervisor.job.reload import reload_job
         line = await reload_job(self, actor)
         if self._status is not None:
             self._status.last_reload = line
@@ -368,8 +364,6 @@ class Job:
 
     async def _watch(self, status: StatusBuilder) -> None:
         """Until the job is finished (or paused, when asked to stop then)."""
-        from supervisor.job.all_failed_alarm import AllFailedAlarm
-
         alarm = AllFailedAlarm(self.all_failed_warn_s)
         while True:
             await self._apply_disk_guard()

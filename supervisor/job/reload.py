@@ -19,6 +19,8 @@ import anyio
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused, load_for_reload
+from supervisor.uploads.backoff import Backoff
+from supervisor.uploads.disk_guard import RESUME_MARGIN
 
 log = logging.getLogger("supervisor.job")
 
@@ -92,8 +94,6 @@ def _uploads_live(job: Any, new: JobConfig, plan: ReloadPlan) -> None:
     u = new.uploads
     uploader = job.uploader
     if uploader is not None and any(c.key.startswith("uploads.") for c in plan.live):
-        from supervisor.uploads.backoff import Backoff
-
         uploader.reconfigure(concurrency=u.concurrency, keep_local=u.keep_local,
                              backoff=Backoff(u.retry_initial_s, u.retry_max_s),
                              drain_timeout_s=u.drain_timeout_s)
@@ -104,7 +104,6 @@ def _uploads_live(job: Any, new: JobConfig, plan: ReloadPlan) -> None:
 
 
 def _resume_bytes(min_free_bytes: int) -> int:
-    from supervisor.uploads.disk_guard import RESUME_MARGIN
     return int(min_free_bytes * (1 + RESUME_MARGIN))
 
 

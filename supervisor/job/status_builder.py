@@ -9,6 +9,7 @@ from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.control.contract import Event, Status, ThroughputPoint
+from supervisor.control.snapshot import build_status
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu.sampler import GpuSampler
 from supervisor.job.energy_ledger import EnergyLedger
@@ -71,8 +72,6 @@ class StatusBuilder:
                              events: tuple[Event, ...]) -> Status:
         """The control socket's status: the job status plus what only the socket serves
         (output-length histogram, server flags, throughput history, recent events)."""
-        from supervisor.control.snapshot import build_status
-
         js = await self.build()
         d = self.dispatcher
         assert d is not None

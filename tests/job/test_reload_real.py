@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 
@@ -38,7 +39,7 @@ async def attach(job: Job, path: Path, done: int = 20) -> None:
 
 async def test_live_keys_change_at_once_and_are_audited(tmp_path: Path):
     path, data = setup(tmp_path, servers=2, prompts=300, flags=SLOW)
-    cfg = load_config(path)
+    cfg = await anyio.to_thread.run_sync(load_config, path)
     lines: list[str] = []
 
     async def reload(job: Job) -> None:
@@ -77,7 +78,7 @@ async def test_live_keys_change_at_once_and_are_audited(tmp_path: Path):
 
 async def test_a_changed_server_flag_rolls_through_the_servers(tmp_path: Path):
     path, data = setup(tmp_path, servers=2, prompts=300, flags=SLOW)
-    cfg = load_config(path)
+    cfg = await anyio.to_thread.run_sync(load_config, path)
     seen: dict[str, int] = {}
 
     async def retune(job: Job) -> None:
@@ -106,7 +107,7 @@ async def test_a_changed_server_flag_rolls_through_the_servers(tmp_path: Path):
 
 async def test_restart_only_keys_and_bad_files_are_refused_whole(tmp_path: Path):
     path, data = setup(tmp_path, servers=1, prompts=200, flags=SLOW)
-    cfg = load_config(path)
+    cfg = await anyio.to_thread.run_sync(load_config, path)
     lines: list[str] = []
 
     async def refuse(job: Job) -> None:

@@ -10,11 +10,10 @@ from typing import Callable, Iterator
 
 import anyio
 import pytest
-from blockbuster import blockbuster_ctx
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input
 
-from supervisor.control.contract import ServerState
+from supervisor.control.contract import ServerState, Status
 from tests.control import daemon
 from tui.app import DflashTui, make_app
 from tui.daemon import connect
@@ -24,6 +23,16 @@ from tui.widgets.activity.event_list import EventList
 from tui.widgets.job.job_progress import JobProgress
 
 pytestmark = pytest.mark.slow
+
+
+async def live_status(d: daemon.Daemon) -> Status:
+    """What the daemon says now, asked the way a script would (the sync client), off the
+    app's loop."""
+    def ask() -> Status:
+        with d.client() as c:
+            return c.status()
+    return await anyio.to_thread.run_sync(ask)
+
 SIZE = (100, 30)
 QUICK = FeedTiming(retry_initial_s=0.1, retry_max_s=0.5)
 
@@ -72,8 +81,7 @@ async def test_max_tokens_and_requeue_reach_the_daemon_and_the_screen(d: daemon.
         assert any(f"max tokens {old:,} → {old + 256:,}" in m for m in notices(app))
         await until(pilot, lambda: f"max tokens {old} → {old + 256}" in shown(app, EventList),
                     "the max_tokens event on screen")
-        with d.client() as c:
-            assert c.status().max_tokens == old + 256
+        assert (await live_status(d)).max_tokens == old + 256
         # Completions cut off at the old limit can now be requeued; the dialog says how many.
         await until(pilot, lambda: (app.status.job.requeueable_truncated or 0) > 0,
                     "truncated prompts under the old limit")
@@ -99,8 +107,7 @@ async def test_pause_resume_and_restart_reach_the_daemon(d: daemon.Daemon) -> No
         await pilot.press("enter")
         await until(pilot, lambda: any(a.text == "PAUSED (operator): checking the shards"
                                        for a in app.screen.alerts), "the pause banner")
-        with d.client() as c:
-            assert c.status().paused_by("operator") == "checking the shards"
+        assert (await live_status(d)).paused_by("operator") == "checking the shards"
         await pilot.press("p", "y")
         await until(pilot, lambda: not app.screen.alerts, "the banner gone after resume")
         assert any(m.startswith("resumed") for m in notices(app))
@@ -119,7 +126,8 @@ async def test_pause_resume_and_restart_reach_the_daemon(d: daemon.Daemon) -> No
 
 
 async def test_reconnects_after_the_daemon_restarts(tmp_path: Path) -> None:
-    first = daemon.start(tmp_path / "job", servers=1, ready=False)
+    first = await anyio.to_thread.run_sync(
+        lambda: daemon.start(tmp_path / "job", servers=1, ready=False))
     app = make_app(connect(first.socket), timing=QUICK)
     second = None
     try:
@@ -135,18 +143,19 @@ async def test_reconnects_after_the_daemon_restarts(tmp_path: Path) -> None:
                         "the new daemon's status", timeout_s=30)
             await until(pilot, lambda: not app.screen.alerts, "the banner gone")
     finally:
-        first.stop()
+        await anyio.to_thread.run_sync(first.stop)
         if second is not None:
-            assert second.stop() == 0
+            assert await anyio.to_thread.run_sync(second.stop) == 0
 
 
 async def test_no_blocking_call_on_the_event_loop(d: daemon.Daemon) -> None:
+    """Every screen the app has, with the stream running; tests/conftest.py's blockbuster
+    fails this (as every async test) on a blocking call from `tui` on the loop."""
     app = make_app(connect(d.socket), timing=QUICK)
-    with blockbuster_ctx(["tui", "supervisor.control"]):
-        async with app.run_test(size=SIZE) as pilot:
-            await attached(pilot)
-            await pilot.press("enter")                  # the log screen fetches in a worker
-            await until(pilot, lambda: len(app.screen.query_one("#log").lines) > 0,
-                        "the log")
-            await pilot.press("escape", "question_mark", "escape")
-            await pilot.pause(1.0)                      # a few snapshots from the stream
+    async with app.run_test(size=SIZE) as pilot:
+        await attached(pilot)
+        await pilot.press("enter")                  # the log screen fetches in a worker
+        await until(pilot, lambda: len(app.screen.query_one("#log").lines) > 0,
+                    "the log")
+        await pilot.press("escape", "question_mark", "escape")
+        await pilot.pause(1.0)                      # a few snapshots from the stream

@@ -57,7 +57,6 @@ def test_the_real_reading_is_this_disks_free_space(tmp_path):
     assert disk_guard.disk_free_bytes(tmp_path) > 0
 
 
-@pytest.mark.whole_job
 async def test_a_job_pauses_on_low_disk_and_finishes_once_space_returns(tmp_path, monkeypatch):
     free = [10 * MB]
     monkeypatch.setattr(disk_guard, "disk_free_bytes", lambda path: free[0])
