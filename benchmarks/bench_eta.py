@@ -14,7 +14,7 @@ scale 20 it is 400 s of real decoding. (60 s / 20 = 3 s would be the like-for-li
 but the rate window counts in one-second buckets, which over 3 s overstates the rate by up
 to a third: an artefact, not the estimator's fault.)
 
-    python benchmarks/bench_eta.py [--prompts 12000] [--slots 32] [--time-scale 20]
+    python benchmarks/bench_eta.py [--prompts 12000] [--slots 32] [--time-scale 20] [--seeds 0,1,2]
 """
 
 from __future__ import annotations
@@ -120,22 +120,16 @@ def _pct(x: float | None) -> str:
     return "   --  " if x is None else f"{100 * x:+6.1f}%"
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--prompts", type=int, default=12000)
-    ap.add_argument("--servers", type=int, default=3)
-    ap.add_argument("--slots", type=int, default=32)
-    ap.add_argument("--tokens-per-s", type=float, default=50.0, help="per request, unscaled")
-    ap.add_argument("--time-scale", type=float, default=20.0)
-    ap.add_argument("--window-s", type=float, default=20.0, help="metrics window")
-    args = ap.parse_args()
+def one_run(args: argparse.Namespace, seed: int) -> dict[float, tuple[float | None, float | None]]:
+    """One job with the simulator's lengths drawn from `seed`; prints its table and returns
+    {mark: (length ETA error, windowed ETA error)}."""
     window = args.window_s
-    print(f"{args.prompts} prompts, {args.servers} servers x {args.slots} slots, "
+    print(f"-- seed {seed}: {args.prompts} prompts, {args.servers} servers x {args.slots} slots, "
           f"{args.tokens_per_s:g} tok/s per request x{args.time_scale:g} time scale, "
           f"max_tokens 4096, metrics window {window:g} s")
     sims = start_sims(args.servers, [
         "--max-running-requests", str(args.slots), "--sim-tokens-per-s", str(args.tokens_per_s),
-        "--sim-time-scale", str(args.time_scale)])
+        "--sim-time-scale", str(args.time_scale), "--sim-seed", str(seed)])
     try:
         wall = time.perf_counter()
         readings, marks, end, mean_len, rate = anyio.run(run_job, [u for _, u in sims], args.prompts,
@@ -147,16 +141,18 @@ def main() -> None:
           f"tokens, real decode rate {rate:.0f} tok/s per request\n")
     print(" at job  elapsed  actual left | length ETA [80% interval]        error  warm |"
           " windowed ETA   error  warm")
+    errors = {}
     for m in MARKS:
         r = marks[m]
         actual = end - r.t
         e = r.length
         interval = ("--" if e.low_s is None else f"[{e.low_s:7.1f}, {e.high_s:7.1f}]")
         inside = e.low_s is not None and e.low_s <= actual <= e.high_s
+        errors[m] = (_err(e.eta_s, actual), _err(r.windowed, actual))
         print(f"  {100 * m:4.0f}%  {r.t:6.1f}s  {actual:9.1f}s  | "
               f"{(e.eta_s or float('nan')):8.1f}s {interval:>20} {'in ' if inside else 'OUT'}"
-              f" {_pct(_err(e.eta_s, actual))}  {'yes' if e.warming_up else 'no ':3} |"
-              f" {(r.windowed or float('nan')):9.1f}s  {_pct(_err(r.windowed, actual))}"
+              f" {_pct(errors[m][0])}  {'yes' if e.warming_up else 'no ':3} |"
+              f" {(r.windowed or float('nan')):9.1f}s  {_pct(errors[m][1])}"
               f"  {'yes' if r.windowed_warming else 'no'}")
     print("\n at job  E[length]  decode tok/s  in flight x rate = tok/s")
     for m in MARKS:
@@ -175,7 +171,34 @@ def main() -> None:
               f"|error| length {100 * statistics.median(le):.1f}%, windowed "
               f"{100 * statistics.median(we):.1f}%; the length ETA closer in "
               f"{sum(a < b for a, b in pairs)}/{len(pairs)}; actual finish "
-              f"inside the 80% interval {100 * sum(cover) / max(1, len(cover)):.0f}% of the time")
+              f"inside the 80% interval {100 * sum(cover) / max(1, len(cover)):.0f}% of the time\n")
+    return errors
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--prompts", type=int, default=12000)
+    ap.add_argument("--servers", type=int, default=3)
+    ap.add_argument("--slots", type=int, default=32)
+    ap.add_argument("--tokens-per-s", type=float, default=50.0, help="per request, unscaled")
+    ap.add_argument("--time-scale", type=float, default=20.0)
+    ap.add_argument("--window-s", type=float, default=20.0, help="metrics window")
+    ap.add_argument("--seeds", default="0",
+                    help="comma-separated simulator seeds: one job each, medians over them")
+    args = ap.parse_args()
+    seeds = [int(x) for x in args.seeds.split(",")]
+    runs = [one_run(args, seed) for seed in seeds]
+    if len(runs) < 2:
+        return
+    print(f"over {len(runs)} jobs (seeds {args.seeds}): median |error| at each point")
+    print(" at job   length  windowed  length closer")
+    for m in MARKS:
+        pairs = [(abs(a), abs(b)) for run in runs
+                 if (a := run[m][0]) is not None and (b := run[m][1]) is not None]
+        if pairs:
+            print(f"  {100 * m:4.0f}%  {100 * statistics.median(a for a, _ in pairs):6.1f}%  "
+                  f"{100 * statistics.median(b for _, b in pairs):7.1f}%  "
+                  f"{sum(a < b for a, b in pairs)}/{len(pairs)}")
 
 
 if __name__ == "__main__":

@@ -67,14 +67,3 @@ def eta_seconds(remaining: int, req_per_s: float) -> float | None:
     if req_per_s <= 0:
         return None
     return remaining / req_per_s
-
-
-def format_duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "--"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

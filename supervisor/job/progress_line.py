@@ -3,7 +3,7 @@ apart from the status data it reads."""
 
 from __future__ import annotations
 
-from supervisor.dispatch.metrics import format_duration
+from supervisor.control.text import duration
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
 
@@ -13,10 +13,10 @@ def progress_line(s: JobStatus) -> str:
     q = s.dispatch.quality
     pct = 100.0 * s.done / s.total if s.total else 0.0
     ready = sum(1 for srv in s.servers if srv.state is ServerState.READY)
-    eta = format_duration(s.eta_s)
+    eta = duration(s.eta_s)
     e = s.length_eta
     if s.remaining and e is not None and e.low_s is not None and e.high_s is not None:
-        eta += f" [{format_duration(e.low_s)}-{format_duration(e.high_s)}]"
+        eta += f" [{duration(e.low_s)}-{duration(e.high_s)}]"
     eta += " (warming up)" if s.eta_warming_up else ""
     trunc = f"trunc {100 * q.truncation_rate:.1f}%"
     if q.loop_rate:

@@ -3,7 +3,6 @@ simulated SGLang servers, its control socket on disk, its state DB readable besi
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -17,6 +16,7 @@ from supervisor.control.client import ControlClient, ControlUnreachable
 from supervisor.control.contract import Status
 from supervisor.free_ports import free_base_port
 from supervisor.demo.prompts import write_demo_prompts
+from tests.fixtures.job_toml import write_toml
 from tests.fixtures.real_job import FAST_SERVERS
 from tests.fixtures.state_db import read_db
 
@@ -25,32 +25,6 @@ from tests.fixtures.state_db import read_db
 SIM_FLAGS: dict[str, Any] = {"max-running-requests": 8, "sim-tokens-per-s": 50,
                              "sim-time-scale": 5.0, "sim-startup-s": 1.0,
                              "context-length": 4096}
-
-
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    raise TypeError(value)
-
-
-def write_config(path: Path, data: dict[str, dict[str, Any]]) -> None:
-    lines: list[str] = []
-    for section, values in data.items():
-        lines.append(f"[{section}]")
-        tables = {k: v for k, v in values.items() if isinstance(v, dict)}
-        for k, v in values.items():
-            if not isinstance(v, dict):
-                lines.append(f"{k} = {_toml(v)}")
-        for name, table in tables.items():
-            lines.append(f"[{section}.{name}]")
-            lines.extend(f'"{k}" = {_toml(v)}' for k, v in table.items())
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
 @dataclass
@@ -116,7 +90,7 @@ def config_dict(directory: Path, *, servers: int = 2, prompts: int = 20_000,
 
 
 def spawn(directory: Path, data: dict[str, Any]) -> subprocess.Popen[bytes]:
-    write_config(directory / "job.toml", data)
+    write_toml(directory / "job.toml", data)
     log = open(directory / "daemon.log", "ab")
     try:
         return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config",
@@ -132,20 +106,27 @@ def start(directory: Path, *, ready: bool = True, **kwargs: Any) -> Daemon:
     socket = data["control"].get("socket") or str(directory / "control.sock")
     proc = spawn(directory, data)
     d = Daemon(proc, directory, socket, directory / "daemon.log")
+    try:
+        _wait_answering(d)
+        if ready:
+            d.wait_status(lambda s: all(x.state.value == "READY" for x in s.servers),
+                          "every server READY")
+    except BaseException:
+        d.stop()          # a daemon that never became usable is not left running
+        raise
+    return d
+
+
+def _wait_answering(d: Daemon) -> None:
     deadline = time.monotonic() + 60
     with d.client(timeout_s=2.0) as client:
         while True:
-            if proc.poll() is not None:
-                raise AssertionError(f"daemon exited {proc.returncode}: {d.log()[-2000:]}")
+            if d.proc.poll() is not None:
+                raise AssertionError(f"daemon exited {d.proc.returncode}: {d.log()[-2000:]}")
             try:
                 client.status()
-                break
+                return
             except ControlUnreachable:
                 if time.monotonic() > deadline:
-                    d.stop()
                     raise AssertionError(f"no control socket after 60 s: {d.log()[-2000:]}")
                 time.sleep(0.05)
-    if ready:
-        d.wait_status(lambda s: all(x.state.value == "READY" for x in s.servers),
-                      "every server READY")
-    return d

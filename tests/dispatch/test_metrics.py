@@ -1,4 +1,5 @@
-from supervisor.dispatch.metrics import CompletionRateWindow, eta_seconds, format_duration
+from supervisor.control.text import duration
+from supervisor.dispatch.metrics import CompletionRateWindow, eta_seconds
 
 
 def test_rates_cover_only_the_window_and_warm_up():
@@ -27,7 +28,7 @@ def test_eta_and_formatting():
     assert eta_seconds(100, 2.0) == 50.0
     assert eta_seconds(100, 0.0) is None
     assert eta_seconds(0, 0.0) == 0.0
-    assert format_duration(None) == "--"
-    assert format_duration(59) == "59s"
-    assert format_duration(125) == "2m05s"
-    assert format_duration(26.7 * 3600) == "26h42m"
+    assert duration(None) == "--"
+    assert duration(59) == "59s"
+    assert duration(125) == "2m05s"
+    assert duration(26.7 * 3600) == "26h42m"

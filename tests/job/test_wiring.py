@@ -8,13 +8,14 @@ import sys
 from pathlib import Path
 
 from tests.control import daemon
+from tests.fixtures.job_toml import write_toml
 
 
 def test_a_broken_boto3_stops_run_with_one_line(tmp_path: Path) -> None:
     job = tmp_path / "job"
     data = daemon.config_dict(job, servers=1, prompts=20)
     data["job"]["output"] = "s3://bucket/prefix/"
-    daemon.write_config(job / "job.toml", data)
+    write_toml(job / "job.toml", data)
     shadow = tmp_path / "shadow"
     shadow.mkdir()
     (shadow / "boto3.py").write_text("raise ImportError('boto3 is damaged')\n")

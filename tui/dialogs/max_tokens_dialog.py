@@ -7,10 +7,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Static
+
+from tui.dialogs.form_dialog import FormDialog
 
 
 @dataclass(frozen=True)
@@ -27,8 +27,7 @@ def proposed(current: int, context_length: int | None) -> int:
     return value
 
 
-class MaxTokensDialog(ModalScreen[MaxTokensChoice | None]):
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+class MaxTokensDialog(FormDialog[MaxTokensChoice | None]):
 
     def __init__(self) -> None:
         super().__init__()
@@ -66,15 +65,6 @@ class MaxTokensDialog(ModalScreen[MaxTokensChoice | None]):
         self.query_one("#error", Static).update("")
         field.focus()
 
-    def on_input_submitted(self) -> None:
-        self._submit()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "ok":
-            self._submit()
-        else:
-            self.dismiss(None)
-
     def _submit(self) -> None:
         text = self.query_one("#value", Input).value.strip()
         try:
@@ -85,6 +75,3 @@ class MaxTokensDialog(ModalScreen[MaxTokensChoice | None]):
             self.query_one("#error", Static).update(f"{text!r} is not a whole number ≥ 1")
             return
         self.dismiss(MaxTokensChoice(value, self.query_one("#requeue", Checkbox).value))
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)

@@ -4,16 +4,15 @@ Installed once; each opening starts from the default reason."""
 from __future__ import annotations
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
-from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Static
+
+from tui.dialogs.form_dialog import FormDialog
 
 DEFAULT_REASON = "paused by operator"
 
 
-class PauseDialog(ModalScreen[str | None]):
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+class PauseDialog(FormDialog[str | None]):
 
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog") as box:
@@ -30,17 +29,5 @@ class PauseDialog(ModalScreen[str | None]):
         field.value = DEFAULT_REASON
         field.focus()
 
-    def on_input_submitted(self) -> None:
-        self._submit()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "ok":
-            self._submit()
-        else:
-            self.dismiss(None)
-
     def _submit(self) -> None:
         self.dismiss(self.query_one("#reason", Input).value.strip() or DEFAULT_REASON)
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)

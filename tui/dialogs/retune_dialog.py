@@ -7,12 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from textual.app import ComposeResult
-from textual.binding import Binding
 from textual.containers import Horizontal, Vertical, VerticalScroll
-from textual.screen import ModalScreen
 from textual.widgets import Button, Checkbox, Input, Static
 
 from supervisor.control.contract import FlagValue, ServerStatus
+from tui.dialogs.form_dialog import FormDialog
 from tui.flag_text import FlagSyntaxError, parse_flags, show_flags
 
 
@@ -23,8 +22,7 @@ class RetuneChoice:
     add: bool                   # allow flags the servers do not run with yet
 
 
-class RetuneDialog(ModalScreen[RetuneChoice | None]):
-    BINDINGS = [Binding("escape", "cancel", "Cancel")]
+class RetuneDialog(FormDialog[RetuneChoice | None]):
 
     server: ServerStatus
 
@@ -62,15 +60,6 @@ class RetuneDialog(ModalScreen[RetuneChoice | None]):
         field.value = ""
         field.focus()
 
-    def on_input_submitted(self) -> None:
-        self._submit()
-
-    def on_button_pressed(self, event: Button.Pressed) -> None:
-        if event.button.id == "ok":
-            self._submit()
-        else:
-            self.dismiss(None)
-
     def _submit(self) -> None:
         try:
             flags = parse_flags(self.query_one("#flags", Input).value)
@@ -80,6 +69,3 @@ class RetuneDialog(ModalScreen[RetuneChoice | None]):
         only = self.query_one("#only", Checkbox).value
         self.dismiss(RetuneChoice(flags, self.server.name if only else None,
                                   self.query_one("#add", Checkbox).value))
-
-    def action_cancel(self) -> None:
-        self.dismiss(None)

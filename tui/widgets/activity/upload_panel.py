@@ -3,35 +3,13 @@
 from __future__ import annotations
 
 from rich.text import Text
-from textual.geometry import Size
-from textual.reactive import reactive
-from textual.widget import Widget
 
-from supervisor.control.contract import Status
 from tui.formatting import ago, one_line, size
 from tui.text_flow import figure, flow
+from tui.widgets.status_text import StatusText
 
 
-class UploadPanel(Widget):
-    status: reactive[Status | None] = reactive(None)
-    _lines = 0
-
-    def watch_status(self) -> None:
-        # The height is auto: lay the screen out again only when the number of lines
-        # changes (a wrap, an error line), not on every snapshot (a layout costs far more).
-        lines = self.get_content_height(self.size, self.size, self.size.width)
-        if lines != self._lines:
-            self._lines = lines
-            self.refresh(layout=True)
-
-    def get_content_height(self, container: Size, viewport: Size, width: int) -> int:
-        # Lines depend on the width (figures wrap between, never inside, themselves): lay
-        # out for the width Textual offers, not the size the widget had before.
-        return len(self.text(width).wrap(self.app.console, max(1, width)))
-
-    def render(self) -> Text:
-        return self.text(self.size.width)
-
+class UploadPanel(StatusText):
     def text(self, width: int) -> Text:
         s = self.status
         head = Text("uploads", style="bold")
