@@ -174,7 +174,8 @@ class MainScreen(Screen[None]):
         self._confirm(
             "Requeue truncated",
             f"Send {how_many} cut off under a lower limit than {s.max_tokens:,} tokens back "
-            "to pending? Each new answer replaces the old line in its shard.",
+            "to pending? Each new answer replaces the old line in its shard. Answers caught "
+            "looping stay as they are: they would loop again.",
             "Requeue",
             lambda: self.act("requeue truncated", self.daemon.requeue_truncated,
                              answer_text.requeue))
