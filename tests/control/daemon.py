@@ -14,10 +14,7 @@ from typing import Any
 
 from supervisor.control.client import ControlClient, ControlUnreachable
 from supervisor.control.contract import Status
-from supervisor.free_ports import free_base_port
-from supervisor.demo.prompts import write_demo_prompts
-from tests.fixtures.job_toml import write_toml
-from tests.fixtures.real_job import FAST_SERVERS
+from tests.fixtures.job_toml import job_data, write_toml
 from tests.fixtures.state_db import read_db
 
 # Slow enough that the job never finishes during a test (about 1 s a request, 16 slots,
@@ -72,21 +69,13 @@ class Daemon:
 
 def config_dict(directory: Path, *, servers: int = 2, prompts: int = 20_000,
                 control: dict[str, Any] | None = None, **servers_overrides: Any) -> dict[str, Any]:
-    directory.mkdir(parents=True, exist_ok=True)
-    prompts_file = directory / "prompts.jsonl"
-    if not prompts_file.exists():
-        write_demo_prompts(prompts_file, prompts)
-    return {
-        "job": {"prompts": str(prompts_file), "state": "job.db", "output": "shards",
-                "shard_size": 100, "model": "sim"},
-        "generation": {"max_tokens": 256, "enable_thinking": False},
-        "quality": {"metrics_window_s": 5.0},
-        "control": {"interval_s": 0.25, **(control or {})},
-        "servers": {"count": servers, "base_port": free_base_port(servers),
-                    "model_path": "sim/test-model",
-                    "command": [sys.executable, "-m", "supervisor.sim"],
-                    **FAST_SERVERS, **servers_overrides, "flags": dict(SIM_FLAGS)},
-    }
+    data = job_data(directory, servers=servers, prompts=prompts, job={"shard_size": 100},
+                    **servers_overrides)
+    data["generation"]["max_tokens"] = 256
+    data["quality"] = {"metrics_window_s": 5.0}
+    data["control"] = {**data["control"], "interval_s": 0.25, **(control or {})}
+    data["servers"]["flags"] = dict(SIM_FLAGS)
+    return data
 
 
 def spawn(directory: Path, data: dict[str, Any]) -> subprocess.Popen[bytes]:

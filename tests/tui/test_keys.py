@@ -3,6 +3,8 @@ request goes out, the answer (or the refusal) is shown, and --readonly sends not
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input
@@ -120,6 +122,19 @@ async def test_rolling_restart_and_requeue() -> None:
         await until_called(pilot, d, "requeue_truncated")
         await pilot.pause(0.05)
         assert any("412 truncated prompts back to pending" in m for m in notices(app))
+
+
+async def test_requeue_with_nothing_to_requeue_says_so_without_a_dialog() -> None:
+    s = data.healthy()
+    d = FakeDaemon(replace(s, job=replace(s.job, requeueable_truncated=0)))
+    app = make_app(d)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("u")
+        await pilot.pause(0.05)
+        assert isinstance(app.screen, MainScreen)
+        assert any("Nothing to requeue" in m and "4,096" in m for m in notices(app))
+        assert not [c for c in d.calls if c[0] == "requeue_truncated"]
 
 
 async def test_pause_then_resume_with_one_key() -> None:

@@ -170,6 +170,12 @@ class MainScreen(Screen[None]):
         if s is None:
             return
         n = s.job.requeueable_truncated
+        if n == 0:
+            # Nothing to confirm: say why, and what would make a requeue worth it.
+            self.notify(f"Nothing to requeue: no answer was cut off under a lower limit than "
+                        f"{s.max_tokens:,} tokens. Raise max tokens first (m).",
+                        title="requeue truncated")
+            return
         how_many = f"{n:,} prompts" if n is not None else "every prompt"
         self._confirm(
             "Requeue truncated",
