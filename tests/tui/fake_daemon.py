@@ -67,8 +67,8 @@ class FakeDaemon:
         return MaxTokensResult(old=old, new=value,
                                requeued=self._s.job.truncated if requeue_truncated else None)
 
-    async def requeue_truncated(self) -> RequeueResult:
-        self._call("requeue_truncated")
+    async def requeue_truncated(self, *, include_loops: bool = False) -> RequeueResult:
+        self._call("requeue_truncated", include_loops)
         return RequeueResult(what="truncated", count=self._s.job.requeueable_truncated or 0,
                              below_max_tokens=self._s.max_tokens)
 

@@ -119,9 +119,21 @@ async def test_rolling_restart_and_requeue() -> None:
         await pilot.press("u")
         assert isinstance(app.screen, ConfirmDialog) and "412 prompts" in app.screen.question
         await pilot.press("y")
-        await until_called(pilot, d, "requeue_truncated")
+        assert (await until_called(pilot, d, "requeue_truncated"))[1] is False
         await pilot.pause(0.05)
         assert any("412 truncated prompts back to pending" in m for m in notices(app))
+
+
+async def test_requeue_with_loops_says_what_it_includes() -> None:
+    d = fake(data.with_insight)
+    app = make_app(d)
+    async with app.run_test(size=SIZE) as pilot:
+        await ready(pilot)
+        await pilot.press("U")
+        assert isinstance(app.screen, ConfirmDialog)
+        assert "looping included (9,114 caught looping so far)" in app.screen.question
+        await pilot.press("y")
+        assert (await until_called(pilot, d, "requeue_truncated"))[1] is True
 
 
 async def test_requeue_with_nothing_to_requeue_says_so_without_a_dialog() -> None:
@@ -227,7 +239,7 @@ async def test_log_screen_and_back() -> None:
         assert isinstance(app.screen, MainScreen)
 
 
-@pytest.mark.parametrize("key", ["m", "u", "p", "R", "r", "t", "f"])
+@pytest.mark.parametrize("key", ["m", "u", "U", "p", "R", "r", "t", "f"])
 async def test_readonly_sends_nothing(key: str) -> None:
     d = fake(data.with_failed_server)
     app = make_app(d, readonly=True)
@@ -238,8 +250,8 @@ async def test_readonly_sends_nothing(key: str) -> None:
         assert isinstance(app.screen, MainScreen)
         assert d.calls == []
         shown = {b.binding.action for b in app.active_bindings.values()}
-        assert not shown & {"max_tokens", "requeue", "pause", "resume", "restart_all",
-                            "restart", "reset", "retune"}
+        assert not shown & {"max_tokens", "requeue", "requeue_with_loops", "pause", "resume",
+                            "restart_all", "restart", "reset", "retune"}
 
 
 async def test_help_lists_every_key() -> None:
@@ -250,6 +262,7 @@ async def test_help_lists_every_key() -> None:
         assert isinstance(app.screen, HelpScreen)
         text = str(app.screen.query_one(".dialog-text").render())
         for words in ("restart the selected server", "set max tokens", "requeue prompts",
+                      "answers caught looping included",
                       "pause dispatch", "resume dispatch", "rolling restart", "FAILED",
                       "SGLang flags", "log", "quit"):
             assert words in text, words

@@ -51,6 +51,8 @@ class MainScreen(Screen[None]):
                 tooltip="set max tokens live, optionally requeueing truncated prompts"),
         Binding("u", "requeue", "requeue",
                 tooltip="requeue prompts truncated under a lower limit (confirm)"),
+        Binding("U", "requeue_with_loops", "requeue + loops", show=False,
+                tooltip="the same, answers caught looping included (confirm)"),
         Binding("p", "pause", "pause", tooltip="pause dispatch, with a reason"),
         Binding("p", "resume", "resume", tooltip="resume dispatch (confirm)"),
         Binding("R", "restart_all", "restart all",
@@ -126,7 +128,8 @@ class MainScreen(Screen[None]):
         return self.status is not None and self.status.paused_by("operator") is not None
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action in ("max_tokens", "requeue", "pause", "resume", "restart_all"):
+        if action in ("max_tokens", "requeue", "requeue_with_loops", "pause", "resume",
+                      "restart_all"):
             if self.readonly:
                 return False
             if action in ("pause", "resume"):
@@ -184,6 +187,22 @@ class MainScreen(Screen[None]):
             "looping stay as they are: they would loop again.",
             "Requeue",
             lambda: self.act("requeue truncated", self.daemon.requeue_truncated,
+                             answer_text.requeue))
+
+    def action_requeue_with_loops(self) -> None:
+        s = self.status
+        if s is None:
+            return
+        caught = s.quality.looping_total
+        loops = f" ({caught:,} caught looping so far)" if caught else ""
+        self._confirm(
+            "Requeue truncated, loops included",
+            f"Send every prompt cut off under a lower limit than {s.max_tokens:,} tokens back "
+            f"to pending, answers caught looping included{loops}? A looping answer usually "
+            "loops again, to the new limit.",
+            "Requeue all",
+            lambda: self.act("requeue truncated",
+                             lambda: self.daemon.requeue_truncated(include_loops=True),
                              answer_text.requeue))
 
     def action_pause(self) -> None:
