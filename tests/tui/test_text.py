@@ -127,12 +127,20 @@ def test_histogram_columns_keep_every_completion_and_mark_the_limit() -> None:
 def test_gpu_cells_sum_a_tensor_parallel_server_and_say_na() -> None:
     s = data.healthy()
     gpus = {g.index: g for g in s.gpus.gpus}
-    assert gpu_cells(s.servers[1], gpus) == ("571/700", "95%", "75/80")
+
+    def cells(server, by_index) -> tuple[str, ...]:
+        return tuple(str(c) for c in gpu_cells(server, by_index))
+
+    assert cells(s.servers[1], gpus) == ("571/700", "95%", "62", "75/80")
     tp = replace(s.servers[0], gpus=(0, 1))
-    assert gpu_cells(tp, gpus) == ("1131/1400", "96%", "149/160")
-    assert gpu_cells(s.servers[0], {}) == ("n/a", "n/a", "n/a")
-    no_power = {0: replace(gpus[0], power_w=None, power_limit_w=None)}
-    assert gpu_cells(s.servers[0], no_power) == ("n/a", "96%", "74/80")
+    # Power and memory add up; the temperature is the hottest GPU's.
+    assert cells(tp, gpus) == ("1131/1400", "96%", "62", "149/160")
+    assert cells(s.servers[0], {}) == ("n/a", "n/a", "n/a", "n/a")
+    no_power = {0: replace(gpus[0], power_w=None, power_limit_w=None, temperature_c=None)}
+    assert cells(s.servers[0], no_power) == ("n/a", "96%", "n/a", "74/80")
+    hot = {0: replace(gpus[0], temperature_c=88.0)}
+    temp = gpu_cells(s.servers[0], hot)[2]
+    assert str(temp) == "88" and "red" in str(temp.style)
     assert ServerState.FAILED.value == "FAILED"
 
 

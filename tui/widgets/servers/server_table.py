@@ -1,4 +1,4 @@
-"""One row per server: its state, its GPUs' power and memory, its share of the work, and
+"""One row per server: its state, its GPUs' power, temperature and memory, its share of the work, and
 why it last died. The selected row is what the server keys act on; the keys post messages
 (`ServerTable.RestartRequested`, ...) and the screen decides what to do with them."""
 
@@ -26,17 +26,24 @@ STATE_STYLE = {
 # (key, heading): the order an operator scans a row in; the long reason goes last.
 COLUMNS = (
     ("server", "server"), ("state", "state"), ("in_flight", "in fl"), ("req_s", "req/s"),
-    ("power", "power W"), ("util", "util"), ("memory", "mem GiB"), ("restarts", "rst"),
+    ("power", "power W"), ("util", "util"), ("temp", "°C"), ("memory", "mem GiB"),
+    ("restarts", "rst"),
     ("uptime", "up"), ("last_exit", "last exit"),
 )
 
 
-def gpu_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> tuple[str, str, str]:
-    """Power used/limit, utilisation and memory used/total, summed over the server's GPUs
-    (a tensor-parallel server spans several); "n/a" where the driver gave nothing."""
+# Where datacenter GPUs start to slow themselves down (H100/A100 throttle from about 85 °C).
+HOT_C = 85.0
+
+
+def gpu_cells(server: ServerStatus,
+              gpus: dict[int, GpuStatus]) -> tuple[str, str, Text | str, str]:
+    """Power used/limit, utilisation, the hottest GPU's temperature and memory used/total,
+    over the server's GPUs (a tensor-parallel server spans several); "n/a" where the driver
+    gave nothing."""
     mine = [gpus[i] for i in server.gpus if i in gpus]
     if not mine:
-        return "n/a", "n/a", "n/a"
+        return "n/a", "n/a", "n/a", "n/a"
 
     def total(values: list[float | int | None]) -> float | None:
         return None if any(v is None for v in values) else float(sum(v or 0 for v in values))
@@ -49,11 +56,16 @@ def gpu_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> tuple[str, st
     power_s = "n/a" if power is None else f"{power:.0f}" + ("" if limit is None else f"/{limit:.0f}")
     util_s = "n/a" if util is None else f"{util / len(mine):.0f}%"
     mem_s = "n/a" if used is None else gib(int(used)) + ("" if cap is None else f"/{gib(int(cap))}")
-    return power_s, util_s, mem_s
+    temps = [g.temperature_c for g in mine]
+    temp: Text | str = "n/a"
+    if all(t is not None for t in temps):
+        hottest = max(t for t in temps if t is not None)
+        temp = Text(f"{hottest:.0f}", style="bold red" if hottest >= HOT_C else "")
+    return power_s, util_s, temp, mem_s
 
 
 def row_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> dict[str, Text | str]:
-    power, util, mem = gpu_cells(server, gpus)
+    power, util, temp, mem = gpu_cells(server, gpus)
     if server.tokens_per_joule is not None and power != "n/a":
         power = f"{power} {server.tokens_per_joule:.1f}t/J"
     exit_reason = one_line(server.last_exit_reason or "", 60) or "—"
@@ -64,6 +76,7 @@ def row_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> dict[str, Tex
         "req_s": f"{server.req_per_s:.1f}",
         "power": power,
         "util": util,
+        "temp": temp,
         "memory": mem,
         "restarts": Text(str(server.restarts), style="bold" if server.restarts else "dim"),
         "uptime": duration(server.uptime_s) if server.uptime_s is not None else "—",
