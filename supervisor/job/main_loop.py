@@ -29,7 +29,6 @@ from supervisor.config import JobConfig
 from supervisor.control import socket_file
 from supervisor.control.contract import Event, Status, ThroughputPoint
 from supervisor.control.server import ControlServer
-from supervisor.control.socket_file import BoundSocket
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu import GpuSampler, GpuSource, NvmlSource
 from supervisor.job.all_failed_alarm import AllFailedAlarm
@@ -142,7 +141,7 @@ class Job:
         if self.node_state is not None:
             self.node_state.after_open(store)
 
-    def _bind_control(self) -> BoundSocket:
+    def _bind_control(self) -> socket_file.BoundSocket:
         """Before anything else: a second daemon on this socket stops here, touching nothing."""
         c = self.config.control
         # A relative control.socket is relative to the config's directory (or --workdir), like
@@ -188,7 +187,7 @@ class Job:
                 self._job_lock.release()
                 self.systemd.stopped()
 
-    async def _run(self, astore: AsyncStore, bound: BoundSocket) -> JobResult:
+    async def _run(self, astore: AsyncStore, bound: socket_file.BoundSocket) -> JobResult:
         cfg = self.config
         status = self._status = StatusBuilder(astore, self._started)
         spool = spool_dir(cfg)
@@ -256,8 +255,8 @@ class Job:
             await backup.backup_now()
         return JobResult(final, self._reason)
 
-    async def _supervise(self, astore: AsyncStore, bound: BoundSocket, status: StatusBuilder,
-                         shards: ShardLoop, backup: Any) -> None:
+    async def _supervise(self, astore: AsyncStore, bound: socket_file.BoundSocket,
+                         status: StatusBuilder, shards: ShardLoop, backup: Any) -> None:
         """Servers, dispatch and the rest side by side, until the job ends or is stopped."""
         cfg, fleet, gpu = self.config, self.fleet, self.gpu
         uploader, disk_guard = self.uploader, self.disk_guard

@@ -185,9 +185,7 @@ class MainScreen(Screen[None]):
             f"Send {how_many} cut off under a lower limit than {s.max_tokens:,} tokens back "
             "to pending? Each new answer replaces the old line in its shard. Answers caught "
             "looping stay as they are: they would loop again.",
-            "Requeue",
-            lambda: self.act("requeue truncated", self.daemon.requeue_truncated,
-                             answer_text.requeue))
+            "Requeue", lambda: self._send_requeue(include_loops=False))
 
     def action_requeue_with_loops(self) -> None:
         s = self.status
@@ -200,10 +198,12 @@ class MainScreen(Screen[None]):
             f"Send every prompt cut off under a lower limit than {s.max_tokens:,} tokens back "
             f"to pending, answers caught looping included{loops}? A looping answer usually "
             "loops again, to the new limit.",
-            "Requeue all",
-            lambda: self.act("requeue truncated",
-                             lambda: self.daemon.requeue_truncated(include_loops=True),
-                             answer_text.requeue))
+            "Requeue all", lambda: self._send_requeue(include_loops=True))
+
+    def _send_requeue(self, *, include_loops: bool) -> None:
+        self.act("requeue truncated",
+                 lambda: self.daemon.requeue_truncated(include_loops=include_loops),
+                 answer_text.requeue)
 
     def action_pause(self) -> None:
         def chosen(reason: str | None) -> None:
