@@ -1,0 +1,136 @@
+"""Watching one READY server through SGLang's own `/metrics`: the figures the status shows,
+and the over-commit flag (overcommit.py), said once in the log and the events table when it
+turns on and once when it turns off.
+
+Polled only where there is something to read: when the server's command line has
+`--enable-metrics`, or else when a first scrape finds SGLang metrics anyway (a wrapper that
+enables them); a server without them is asked once per life, not every interval. Each poll
+starts when the previous one has finished and the interval has passed, so a slow server
+slows its polling down instead of piling up scrapes.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, replace
+from typing import Any, Awaitable, Callable, Sequence
+
+import anyio
+import httpx
+
+from supervisor.servers.overcommit import (Observation, OvercommitChange, OvercommitDetector,
+                                           OvercommitPolicy)
+from supervisor.servers.sglang_metrics import Scrape, scrape
+
+log = logging.getLogger("supervisor.servers")
+
+METRICS_FLAG = "--enable-metrics"
+# A scrape is a read of a few shared-memory files inside SGLang: anything slower than this
+# is a busy or sick server, and the figures can wait for the next poll.
+SCRAPE_TIMEOUT_S = 5.0
+
+EVENT_KIND = "server_overcommit"
+
+
+@dataclass(frozen=True)
+class SglangView:
+    """What the status shows of one server's SGLang metrics. `polled` False: not read
+    (no --enable-metrics, or not READY); a figure None: n/a."""
+
+    polled: bool = False
+    running: int | None = None
+    queued: int | None = None
+    token_usage: float | None = None
+    retractions_total: float | None = None
+    retractions_per_min: float | None = None   # over the last poll interval
+    gen_throughput: float | None = None
+    error: str | None = None                   # why the last scrape gave nothing
+    scraped_at: float | None = None            # unix seconds of the last good scrape
+    overcommitted: bool = False
+    overcommit_reason: str | None = None
+
+
+def metrics_enabled(argv: Sequence[str]) -> bool:
+    return METRICS_FLAG in argv
+
+
+class SglangMonitor:
+    """One per server; `watch()` runs beside a READY life, `end_life()` after it."""
+
+    def __init__(self, name: str, policy: OvercommitPolicy | None = None,
+                 clock: Callable[[], float] | None = None,
+                 emit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None) -> None:
+        self.name = name
+        self.policy = policy or OvercommitPolicy()
+        self.view = SglangView()
+        self._clock = clock
+        self._emit = emit               # async (kind, detail): one row in the events table
+        self._detector = OvercommitDetector(self.policy)
+        self._last: tuple[float, float] | None = None   # (monotonic, retractions_total)
+
+    async def watch(self, client: httpx.AsyncClient, base_url: str, argv: Sequence[str],
+                    interval_s: float, in_flight: Callable[[], int],
+                    timeout_s: float = SCRAPE_TIMEOUT_S) -> None:
+        """Until cancelled (the life's end)."""
+        timeout_s = min(timeout_s, max(interval_s, 0.5))
+        enabled = metrics_enabled(argv)
+        while True:
+            await anyio.sleep(interval_s)
+            result = await scrape(client, base_url, timeout_s)
+            if not enabled and not result.ok:
+                log.debug("%s: no SGLang metrics to read (%s)", self.name, result.error)
+                return
+            enabled = True
+            await self.take(result, anyio.current_time(), in_flight())
+
+    async def take(self, result: Scrape, now: float, in_flight: int) -> None:
+        """One poll's outcome: update the view, feed the detector, say a change of the flag."""
+        m = result.metrics
+        if m is None:
+            self.view = replace(self.view, polled=True, running=None, queued=None,
+                                token_usage=None, retractions_per_min=None,
+                                gen_throughput=None, error=result.error)
+            return
+        rate = None
+        if m.retractions_total is not None:
+            if self._last is not None and now > self._last[0] \
+                    and m.retractions_total >= self._last[1]:
+                rate = (m.retractions_total - self._last[1]) / (now - self._last[0]) * 60.0
+            self._last = (now, m.retractions_total)
+        change = self._detector.observe(Observation(
+            at=now, running=m.running, queued=m.queued,
+            retractions_total=m.retractions_total, in_flight=in_flight))
+        self.view = SglangView(
+            polled=True, running=m.running, queued=m.queued, token_usage=m.token_usage,
+            retractions_total=m.retractions_total, retractions_per_min=rate,
+            gen_throughput=m.gen_throughput, error=None,
+            scraped_at=self._clock() if self._clock else None,
+            overcommitted=self._detector.overcommitted,
+            overcommit_reason=self._detector.reason)
+        if change is not None:
+            await self._say(change, in_flight)
+
+    async def end_life(self) -> None:
+        """The server left READY: its figures are gone, and a flag that was on ends here
+        (the next life starts with a fresh detector and a fresh counter)."""
+        was_on = self._detector.overcommitted
+        self._detector = OvercommitDetector(self.policy)
+        self._last = None
+        self.view = SglangView()
+        if was_on:
+            await self._say(OvercommitChange(False, "the server left READY"), None)
+
+    async def _say(self, change: OvercommitChange, in_flight: int | None) -> None:
+        if change.on:
+            log.warning("%s: over-committed: %s", self.name, change.reason)
+        else:
+            log.info("%s: no longer over-committed: %s", self.name, change.reason)
+        if self._emit is None:
+            return
+        v = self.view
+        detail: dict[str, Any] = {"overcommitted": change.on, "reason": change.reason}
+        if change.on:
+            detail.update(running=v.running, queued=v.queued, in_flight=in_flight,
+                          token_usage=v.token_usage, retractions_total=v.retractions_total)
+        with anyio.CancelScope(shield=True):
+            await self._emit(EVENT_KIND, detail)
