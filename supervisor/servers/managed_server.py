@@ -37,6 +37,7 @@ from supervisor.servers.process_group import ServerProcess, spawn, stop_group
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ServerSnapshot, ServerState, check_transition
+from supervisor.servers.sglang_monitor import SglangMonitor
 from supervisor.servers.watchers import (Decision, Failure, Request, watch_exit, watch_health,
                                          watch_progress, watch_requests)
 
@@ -96,6 +97,8 @@ class ManagedServer:
         self._request: Request | None = None
         self._poke = anyio.Event()
         self._changed = anyio.Event()
+        # SGLang's own /metrics while READY (with --enable-metrics), and the over-commit flag.
+        self.sglang = SglangMonitor(name, clock=ctx.clock, emit=self._add_event)
 
     # -- what others see ----------------------------------------------------------------------
 
@@ -129,6 +132,16 @@ class ManagedServer:
 
     def _progress(self) -> Any:
         return self.ctx.dispatcher.progress(self.name)
+
+    def _in_flight(self) -> int:
+        try:
+            return int(self._progress().in_flight)
+        except LookupError:
+            return 0
+
+    async def _add_event(self, kind: str, detail: dict[str, Any]) -> None:
+        await self.ctx.store_call(Store.add_event, kind, self.name, detail, "supervisor",
+                                  self.ctx.clock())
 
     async def wait_changed(self) -> None:
         await self._changed.wait()
@@ -294,6 +307,9 @@ class ManagedServer:
                         watch.start_soon(watch_progress, self._progress, self.servers,
                                          decision)
                         watch.start_soon(watch_requests, self._wait_request, decision)
+                        watch.start_soon(self.sglang.watch, self.ctx.client, spec.base_url,
+                                         spec.argv, self.servers.health_interval_s,
+                                         self._in_flight)
                 outcome = decision.outcome
                 assert outcome is not None
                 if isinstance(outcome, Request):
@@ -308,6 +324,8 @@ class ManagedServer:
                 serve_scope.cancel()
         finally:
             self.endpoint = None
+            with anyio.CancelScope(shield=True):
+                await self.sglang.end_life()
         return outcome
 
     async def _drain(self, proc: ServerProcess, serve_done: anyio.Event) -> Failure | None:

@@ -74,14 +74,20 @@ class SglangMonitor:
         """Until cancelled (the life's end)."""
         timeout_s = min(timeout_s, max(interval_s, 0.5))
         enabled = metrics_enabled(argv)
-        while True:
-            await anyio.sleep(interval_s)
-            result = await scrape(client, base_url, timeout_s)
-            if not enabled and not result.ok:
-                log.debug("%s: no SGLang metrics to read (%s)", self.name, result.error)
-                return
-            enabled = True
-            await self.take(result, anyio.current_time(), in_flight())
+        try:
+            while True:
+                await anyio.sleep(interval_s)
+                result = await scrape(client, base_url, timeout_s)
+                if not enabled and not result.ok:
+                    log.debug("%s: no SGLang metrics to read (%s)", self.name, result.error)
+                    return
+                enabled = True
+                await self.take(result, anyio.current_time(), in_flight())
+        except Exception:
+            # These figures only inform: a bug here must not end the server's life (this
+            # runs beside the watchers that do), so it stops the figures and says why.
+            log.exception("%s: reading SGLang's /metrics stopped", self.name)
+            self.view = SglangView(polled=True, error="reading /metrics stopped (see the log)")
 
     async def take(self, result: Scrape, now: float, in_flight: int) -> None:
         """One poll's outcome: update the view, feed the detector, say a change of the flag."""

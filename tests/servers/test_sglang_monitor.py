@@ -1,0 +1,180 @@
+"""Watching a server's SGLang metrics: the view the status shows, the retraction rate per poll
+interval, the over-commit flag said once on and once off, and the polling rule (only with
+--enable-metrics, or when a first scrape finds metrics) on a real simulated server."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+import anyio
+import httpx
+import pytest
+
+from supervisor.servers.overcommit import OvercommitPolicy
+from supervisor.servers.sglang_metrics import Scrape, SglangMetrics
+from supervisor.servers.sglang_monitor import EVENT_KIND, SglangMonitor, SglangView
+
+POLICY = OvercommitPolicy(queue_polls=2, retraction_polls=2, retractions_per_min=10.0,
+                          clear_polls=2)
+
+
+def figures(running: int = 60, queued: int = 0, retracted: float | None = 0.0,
+            usage: float = 0.9, thr: float = 1500.0) -> Scrape:
+    return Scrape(SglangMetrics(running=running, queued=queued, token_usage=usage,
+                                retractions_total=retracted, gen_throughput=thr, found=True))
+
+
+class Events:
+    def __init__(self) -> None:
+        self.rows: list[tuple[str, dict[str, Any]]] = []
+
+    async def __call__(self, kind: str, detail: dict[str, Any]) -> None:
+        self.rows.append((kind, detail))
+
+
+async def test_view_carries_the_figures_and_the_retraction_rate_per_interval() -> None:
+    mon = SglangMonitor("gpu0", POLICY, clock=lambda: 1000.0)
+    await mon.take(figures(retracted=10.0), 0.0, 64)
+    assert mon.view == SglangView(polled=True, running=60, queued=0, token_usage=0.9,
+                                  retractions_total=10.0, retractions_per_min=None,
+                                  gen_throughput=1500.0, scraped_at=1000.0)
+    await mon.take(figures(retracted=12.0), 30.0, 64)
+    assert mon.view.retractions_per_min == pytest.approx(4.0)     # 2 in 30 s
+    await mon.take(Scrape(None, "/metrics: HTTP 503"), 35.0, 64)
+    assert (mon.view.running, mon.view.retractions_per_min, mon.view.error) == \
+        (None, None, "/metrics: HTTP 503")
+    # The rate after a gap is over the time since the last good scrape.
+    await mon.take(figures(retracted=13.0), 60.0, 64)
+    assert mon.view.retractions_per_min == pytest.approx(2.0)     # 1 in 30 s
+
+
+async def test_overcommit_is_said_once_on_and_once_off(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="supervisor.servers")
+    events = Events()
+    mon = SglangMonitor("gpu3", POLICY, emit=events)
+    for t in range(4):                                  # a held queue: on at the 2nd poll
+        await mon.take(figures(running=52, queued=12), 5.0 * t, 64)
+    assert mon.view.overcommitted and "queue held" in (mon.view.overcommit_reason or "")
+    await mon.take(Scrape(None, "/metrics: no answer within 5 s"), 20.0, 64)
+    assert mon.view.overcommitted, "a failed scrape is no evidence either way"
+    for t in range(5, 9):                               # clean: off after 2
+        await mon.take(figures(running=64, queued=0), 5.0 * t, 64)
+    assert not mon.view.overcommitted and mon.view.overcommit_reason is None
+
+    assert [(k, d["overcommitted"]) for k, d in events.rows] == [(EVENT_KIND, True),
+                                                                 (EVENT_KIND, False)]
+    on = events.rows[0][1]
+    assert (on["running"], on["queued"], on["in_flight"], on["token_usage"]) == (52, 12, 64, 0.9)
+    lines = [r.getMessage() for r in caplog.records if r.name == "supervisor.servers"]
+    assert [line.split(":")[1].strip() for line in lines] == ["over-committed",
+                                                              "no longer over-committed"]
+    assert lines[0].startswith("gpu3: over-committed: queue held over 2 polls (12 -> 12")
+    assert caplog.records[0].levelno == logging.WARNING
+
+
+async def test_leaving_ready_ends_the_flag_and_the_figures() -> None:
+    events = Events()
+    mon = SglangMonitor("gpu1", POLICY, emit=events)
+    for t, n in enumerate((0.0, 20.0, 40.0)):          # 20 retracted every 5 s: 240/min
+        await mon.take(figures(retracted=n), 5.0 * t, 64)
+    assert mon.view.overcommitted and "retracting 240.0 requests/min" in \
+        (mon.view.overcommit_reason or "")
+    await mon.end_life()
+    assert mon.view == SglangView()
+    assert [d for _, d in events.rows][-1] == {"overcommitted": False,
+                                               "reason": "the server left READY"}
+    # The next life's counter starts from zero: no rate across the two lives.
+    await mon.take(figures(retracted=0.0), 100.0, 64)
+    await mon.take(figures(retracted=0.0), 105.0, 64)
+    assert mon.view.retractions_per_min == 0.0 and not mon.view.overcommitted
+    await mon.end_life()
+    assert len(events.rows) == 2, "a server that was never flagged says nothing at its end"
+
+
+async def _watch_until(mon: SglangMonitor, base_url: str, argv: list[str],
+                       in_flight: Callable[[], int], done: Callable[[], bool],
+                       what: str) -> bool:
+    """Run the watcher until `done()`; True if the watcher returned by itself first."""
+    returned = False
+    async with httpx.AsyncClient(trust_env=False) as client:
+        async with anyio.create_task_group() as tg:
+            async def watch() -> None:
+                nonlocal returned
+                await mon.watch(client, base_url, argv, 0.05, in_flight)
+                returned = True
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(watch)
+            with anyio.move_on_after(30.0) as scope:
+                while not done():
+                    await anyio.sleep(0.02)
+            assert not scope.cancelled_caught, f"timed out waiting for {what}"
+            tg.cancel_scope.cancel()
+    return returned
+
+
+async def test_real_server_with_metrics_queueing_past_its_slots_is_flagged(
+        sim_server: Callable[..., Any]) -> None:
+    """A simulated server with 2 slots and 6 requests sent: SGLang's gauges over real HTTP
+    say 2 running and 4 queued while we have 6 in flight, so it is over-committed."""
+    sim = sim_server("--enable-metrics", "--max-running-requests", "2",
+                     "--sim-tokens-per-s", "20")
+    argv = ["python", "-m", "sglang.launch_server", "--enable-metrics"]
+    events = Events()
+    mon = SglangMonitor("gpu0", POLICY, clock=lambda: 1.0, emit=events)
+
+    async def ask(client: httpx.AsyncClient) -> None:
+        with anyio.move_on_after(20.0):
+            await client.post(sim.base_url + "/v1/chat/completions", timeout=30.0, json={
+                "model": "sim", "max_tokens": 4000,
+                "messages": [{"role": "user", "content": "write a long story"}]})
+
+    async with httpx.AsyncClient(trust_env=False) as client:
+        async with anyio.create_task_group() as tg:
+            for _ in range(6):
+                tg.start_soon(ask, client)
+            returned = await _watch_until(mon, sim.base_url, argv, lambda: 6,
+                                          lambda: mon.view.overcommitted, "the flag")
+            tg.cancel_scope.cancel()
+    assert not returned
+    v = mon.view
+    assert v.polled and v.error is None and v.scraped_at == 1.0
+    assert (v.running, v.queued) == (2, 4)
+    assert "running 2 of our 6 in flight" in (v.overcommit_reason or "")
+    assert [d["overcommitted"] for _, d in events.rows] == [True]
+
+
+async def test_real_server_without_metrics_is_asked_once(
+        sim_server: Callable[..., Any]) -> None:
+    """No --enable-metrics: /metrics is 404 and the watcher stops after one try; nothing
+    is shown as polled."""
+    sim = sim_server()
+    mon = SglangMonitor("gpu0", POLICY)
+    # The watcher returns by itself (bounded here in case it would not).
+    async with httpx.AsyncClient(trust_env=False) as client:
+        with anyio.fail_after(10.0):
+            await mon.watch(client, sim.base_url, ["python", "-m", "sglang.launch_server"],
+                            0.05, lambda: 0)
+    assert mon.view == SglangView()
+
+
+async def test_metrics_found_without_the_flag_are_polled(
+        sim_server: Callable[..., Any]) -> None:
+    """A launch wrapper that enables metrics itself: the first scrape finds them, so the
+    server is polled although its argv lacks --enable-metrics."""
+    sim = sim_server("--enable-metrics")
+    mon = SglangMonitor("gpu0", POLICY)
+    polls = 0
+    real_take = mon.take
+
+    async def counting_take(result: Scrape, now: float, in_flight: int) -> None:
+        nonlocal polls
+        polls += 1
+        await real_take(result, now, in_flight)
+
+    mon.take = counting_take  # type: ignore[method-assign]
+    returned = await _watch_until(mon, sim.base_url, ["python", "-m", "sglang.launch_server"],
+                                  lambda: 0, lambda: polls >= 3, "three polls")
+    assert not returned
+    assert mon.view.polled and mon.view.running == 0 and mon.view.error is None
