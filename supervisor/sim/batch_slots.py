@@ -26,6 +26,9 @@ class BatchStats:
     requests_total: int = 0          # finished (answered) requests
     prompt_tokens_total: int = 0
     generation_tokens_total: int = 0
+    # KV tokens held by the running requests (prompt + the whole planned output, reserved at
+    # admission): the numerator of sglang:token_usage.
+    kv_tokens: int = 0
     # (monotonic time, tokens) of recent completions, for a windowed gen throughput
     # like SGLang's (it reports tokens/s over its last logging interval, not since start).
     recent: deque[tuple[float, int]] = field(default_factory=deque)
@@ -44,8 +47,9 @@ class BatchSlots:
         self.stats = BatchStats()
 
     @asynccontextmanager
-    async def slot(self) -> AsyncIterator[None]:
-        """Hold one decode slot; waits in the queue while all are taken."""
+    async def slot(self, kv_tokens: int = 0) -> AsyncIterator[None]:
+        """Hold one decode slot (and `kv_tokens` of the KV pool); waits in the queue while all
+        slots are taken."""
         s = self.stats
         try:
             self._slots.acquire_nowait()      # a free slot: never counted as queued
@@ -57,11 +61,13 @@ class BatchSlots:
             finally:
                 s.queued -= 1
         s.running += 1
+        s.kv_tokens += kv_tokens
         s.peak_running = max(s.peak_running, s.running)
         try:
             yield
         finally:
             s.running -= 1
+            s.kv_tokens -= kv_tokens
             self._slots.release()
 
     def finished(self, prompt_tokens: int, completion_tokens: int) -> None:

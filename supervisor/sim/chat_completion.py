@@ -104,7 +104,7 @@ def _message(plan: OutputPlan, req: ChatRequest, offset: int, loop: LoopPlan | N
 
 class ChatHandler:
     def __init__(self, opts: SimOptions, slots: BatchSlots, faults: FaultState,
-                 on_finished: Callable[[], None]) -> None:
+                 on_finished: Callable[[int, int, bool], None]) -> None:
         self.opts = opts
         self.slots = slots
         self.faults = faults
@@ -149,14 +149,14 @@ class ChatHandler:
             message = _message(plan, req, text_offset(digest), loop,
                                loop is None and opts.loop_share > 0
                                and numbered_list(digest, natural))
-        async with self.slots.slot():
+        async with self.slots.slot(prompt_tokens + plan.completion_tokens):
             delay = self.decode_seconds(plan.completion_tokens)
             if delay > 0:
                 await anyio.sleep(delay)
             while self.faults.is_stalled:
                 await anyio.sleep(0.05)        # the slot stays taken, as in a stuck batch
         self.slots.finished(prompt_tokens, plan.completion_tokens)
-        self.on_finished()
+        self.on_finished(prompt_tokens, plan.completion_tokens, False)
         return {
             "id": uuid.uuid4().hex,
             "object": "chat.completion",

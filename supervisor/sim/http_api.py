@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -15,14 +16,16 @@ from typing import Any
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
+from starlette.routing import Mount, Route
 
 from .batch_slots import BatchSlots
 from .chat_completion import BadRequest, ChatHandler, error_body
 from .faults import FaultState
 from .options import FAULTS, SimOptions
+from .retraction import Retraction
+from .prom_metrics import SchedulerSample, SimMetrics, metrics_asgi_app
 
-SGLANG_VERSION = "0.5.4 (simulated)"
+SGLANG_VERSION = "0.5.23 (simulated)"
 
 
 @dataclass
@@ -31,16 +34,22 @@ class SimRuntime:
     opts: SimOptions
     slots: BatchSlots
     faults: FaultState
+    metrics: SimMetrics | None = None
     ready: bool = False
     started_at: float = field(default_factory=time.time)
+    startup_time: float = 0.0            # seconds from launch to ready, as SGLang reports it
     completed: int = 0
+    retraction: Retraction = field(init=False)
     chat: ChatHandler = field(init=False)
 
     def __post_init__(self) -> None:
+        self.retraction = Retraction(self.slots, self.metrics)
         self.chat = ChatHandler(self.opts, self.slots, self.faults, self._on_finished)
 
-    def _on_finished(self) -> None:
+    def _on_finished(self, prompt_tokens: int, completion_tokens: int, streaming: bool) -> None:
         self.completed += 1
+        if self.metrics is not None:
+            self.metrics.finished_request(prompt_tokens, completion_tokens, streaming)
         after = self.opts.fault_after_requests
         if after is not None and self.completed == after and self.opts.fault != "none":
             self.trigger_soon(self.opts.fault)
@@ -60,24 +69,36 @@ def _model_info(rt: SimRuntime) -> dict[str, Any]:
 
 
 def _server_info(rt: SimRuntime) -> dict[str, Any]:
-    s = rt.slots.stats
-    info = rt.opts.server_args()
+    """SGLang's /server_info (`sglang/srt/entrypoints/http_server.py` server_info): the
+    resolved server args, the scheduler's handshake info, and one internal state per DP rank
+    (`sglang/srt/managers/scheduler_components/internal_state.py`), which carries the
+    scheduler's real slot count as effective_max_running_requests_per_dp."""
+    o = rt.opts
+    args = o.server_args()
+    internal = dict(args)
+    internal.update({
+        "world_size": o.tp_size * o.dp_size,
+        "startup_time": rt.startup_time,
+        "effective_max_running_requests_per_dp": o.effective_max_running_requests,
+        "last_gen_throughput": rt.slots.stats.gen_throughput(),
+        "memory_usage": {"weight": 0.0, "kvcache": 0.0, "startup_available": 0.0,
+                         "token_capacity": o.max_total_num_tokens, "token_capacity_swa": None,
+                         "graph": {}},
+    })
+    info = dict(args)
     info.update({
+        "launch_command": o.launch_command,
+        "status": "ready",
+        "max_total_num_tokens": o.max_total_num_tokens,
+        "max_req_input_len": o.max_req_input_len,
+        "startup_time": rt.startup_time,
+        "internal_states": [internal for _ in range(max(1, o.dp_size))],
         "version": SGLANG_VERSION,
-        "internal_states": [{
-            "last_gen_throughput": s.gen_throughput(),
-            "#running-req": s.running, "#queue-req": s.queued,
-            "max_total_num_tokens": _max_total_tokens(rt.opts),
-        }],
+        "frontend": "python",
         # Not in real SGLang: the simulator's own settings and counters, for tests.
         "sim": _sim_state(rt),
     })
     return info
-
-
-def _max_total_tokens(opts: SimOptions) -> int:
-    # A plausible KV pool: grows with the memory fraction the operator gave the server.
-    return int(opts.mem_fraction_static * 1_000_000)
 
 
 def _sim_state(rt: SimRuntime) -> dict[str, Any]:
@@ -92,25 +113,15 @@ def _sim_state(rt: SimRuntime) -> dict[str, Any]:
             "unknown_flags": o.unknown}
 
 
-def _metrics_text(rt: SimRuntime) -> str:
+def scheduler_sample(rt: SimRuntime) -> SchedulerSample:
     s = rt.slots.stats
-    label = '{model_name="%s"}' % rt.opts.model_name.replace('"', '\\"')
-    rows = [
-        ("num_running_reqs", "gauge", "The number of running requests.", s.running),
-        ("num_queue_reqs", "gauge", "The number of requests in the waiting queue.", s.queued),
-        ("gen_throughput", "gauge", "The generation throughput (token/s).", s.gen_throughput()),
-        ("token_usage", "gauge", "The token usage.", min(1.0, s.running / rt.slots.max_running)),
-        ("prompt_tokens_total", "counter", "Number of prefill tokens processed.",
-         s.prompt_tokens_total),
-        ("generation_tokens_total", "counter", "Number of generation tokens processed.",
-         s.generation_tokens_total),
-        ("num_requests_total", "counter", "Number of requests processed.", s.requests_total),
-    ]
-    out = []
-    for name, kind, help_text, value in rows:
-        out.append(f"# HELP sglang:{name} {help_text}\n# TYPE sglang:{name} {kind}\n"
-                   f"sglang:{name}{label} {float(value)}\n")
-    return "".join(out)
+    pool = rt.opts.max_total_num_tokens
+    used = min(pool, s.kv_tokens)
+    return SchedulerSample(
+        num_running_reqs=s.running, num_queue_reqs=s.queued,
+        gen_throughput=s.gen_throughput(), token_usage=round(used / pool, 2),
+        num_used_tokens=used, max_total_num_tokens=pool,
+        num_retracted_reqs=rt.retraction.last_retracted)
 
 
 def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
@@ -128,11 +139,6 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
 
     async def server_info(_: Request) -> Response:
         return JSONResponse(_server_info(rt))
-
-    async def metrics(_: Request) -> Response:
-        if not rt.opts.enable_metrics:
-            return PlainTextResponse("Not Found", status_code=404)
-        return PlainTextResponse(_metrics_text(rt), media_type="text/plain; version=0.0.4")
 
     async def chat(request: Request) -> Response:
         if not rt.ready:
@@ -180,9 +186,17 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         Route("/v1/models", models),
         Route("/model_info", model_info), Route("/get_model_info", model_info),
         Route("/server_info", server_info), Route("/get_server_info", server_info),
-        Route("/metrics", metrics),
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/sim/fault", sim_fault, methods=["POST"]),
         Route("/sim/state", sim_state),
     ]
+    if rt.metrics is not None:
+        # Only with --enable-metrics, as SGLang (`sglang/srt/entrypoints/http_server.py`):
+        # without it /metrics is a plain 404. Mounted to answer /metrics itself, not a
+        # redirect to /metrics/ (`sglang/srt/utils/common.py` add_prometheus_middleware).
+        metrics = rt.metrics
+        mount = Mount("/metrics", metrics_asgi_app(
+            lambda: metrics.log_stats(scheduler_sample(rt))))
+        mount.path_regex = re.compile("^/metrics(?P<path>.*)$")
+        routes.append(mount)
     return Starlette(routes=routes, lifespan=lifespan)

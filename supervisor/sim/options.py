@@ -13,7 +13,7 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-FAULTS = ("none", "crash", "oom", "hang", "stall")
+FAULTS = ("none", "crash", "oom", "hang", "stall", "retract")
 
 
 @dataclass(frozen=True)
@@ -22,7 +22,7 @@ class SimOptions:
     model_path: str
     host: str
     port: int
-    max_running_requests: int
+    max_running_requests: int | None
     mem_fraction_static: float
     max_mamba_cache_size: int | None
     context_length: int
@@ -44,7 +44,38 @@ class SimOptions:
     empty_rate: float
     children: int
     loop_share: float = 0.0
+    disable_radix_cache: bool = False
+    launch_command: str = ""
     unknown: list[str] = field(default_factory=list)
+
+    @property
+    def max_total_num_tokens(self) -> int:
+        """The simulated KV pool: grows with the memory fraction the operator gave it."""
+        return int(self.mem_fraction_static * 1_000_000)
+
+    @property
+    def effective_max_running_requests(self) -> int:
+        """The scheduler's max_running_requests as SGLang resolves it
+        (`sglang/srt/mem_cache/kv_cache_configurator.py` resolve_max_num_reqs): the flag capped
+        at half the KV pool, else pool / context * 512 clamped to [2048, 4096]; then a hybrid
+        (mamba) model caps it at max_mamba_cache_size // 3 (MAMBA_CACHE_SIZE_MAX_RUNNING_
+        REQUESTS_RATIO, 1 with the radix cache disabled)."""
+        capacity = self.max_total_num_tokens
+        if self.max_running_requests is not None:
+            n = min(max(1, self.max_running_requests), capacity // 2)
+        else:
+            estimated = max(min(int(capacity / self.context_length * 512), 4096), 2048)
+            n = min(estimated, capacity // 2)
+        if self.max_mamba_cache_size is not None:
+            ratio = 1 if self.disable_radix_cache else 3
+            n = min(n, self.max_mamba_cache_size // ratio)
+        return max(1, n)
+
+    @property
+    def max_req_input_len(self) -> int:
+        """The longest prompt the scheduler admits (`sglang/srt/managers/tp_worker.py`
+        get_worker_info): min(context - 1, KV pool - 1) - 5."""
+        return min(self.context_length - 1, self.max_total_num_tokens - 1) - 5
 
     @property
     def model_name(self) -> str:
@@ -77,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
     g.add_argument("--model-path", "--model", dest="model_path", default="sim/model")
     g.add_argument("--host", default="127.0.0.1")
     g.add_argument("--port", type=int, default=30000)
-    g.add_argument("--max-running-requests", type=int, default=32)
+    g.add_argument("--max-running-requests", type=int, default=None)
     g.add_argument("--mem-fraction-static", type=float, default=0.88)
     g.add_argument("--max-mamba-cache-size", type=int, default=None)
     g.add_argument("--context-length", type=int, default=32768)
@@ -92,7 +123,8 @@ def _parser() -> argparse.ArgumentParser:
                  "--chunked-prefill-size", "--cuda-graph-max-bs", "--schedule-policy",
                  "--attention-backend", "--speculative-algorithm", "--quantization"):
         g.add_argument(flag, default=None)
-    for flag in ("--trust-remote-code", "--disable-cuda-graph", "--disable-radix-cache",
+    g.add_argument("--disable-radix-cache", action="store_true")
+    for flag in ("--trust-remote-code", "--disable-cuda-graph",
                  "--enable-cache-report", "--skip-server-warmup"):
         g.add_argument(flag, action="store_true")
 
@@ -132,7 +164,7 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         raise SystemExit("--sim-empty-rate must be within [0, 1]")
     if not 0.0 <= ns.sim_loop_share <= 1.0:
         raise SystemExit("--sim-loop-share must be within [0, 1]")
-    if ns.max_running_requests < 1:
+    if ns.max_running_requests is not None and ns.max_running_requests < 1:
         raise SystemExit("--max-running-requests must be >= 1")
     return SimOptions(
         model_path=ns.model_path, host=ns.host, port=ns.port,
@@ -146,4 +178,5 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         time_scale=ns.sim_time_scale, instant=ns.sim_instant, seed=ns.sim_seed,
         fault=ns.sim_fault, fault_after_s=ns.sim_fault_after_s,
         fault_after_requests=ns.sim_fault_after_requests, empty_rate=ns.sim_empty_rate,
-        children=ns.sim_children, loop_share=ns.sim_loop_share, unknown=unknown)
+        children=ns.sim_children, loop_share=ns.sim_loop_share,
+        disable_radix_cache=ns.disable_radix_cache, unknown=unknown)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import time
 from contextlib import asynccontextmanager
 from typing import AsyncIterator
 
@@ -22,6 +23,7 @@ from .child_processes import kill_children, spawn_children
 from .faults import FaultState
 from .http_api import SimRuntime, build_app
 from .options import SimOptions
+from .prom_metrics import SimMetrics, set_prometheus_multiproc_dir
 from .sim_log import log
 
 
@@ -33,17 +35,23 @@ async def _lifecycle(rt: SimRuntime) -> None:
     opts = rt.opts
     log(f"Load weight begin. model_path={opts.model_path} tp_size={opts.tp_size} "
         f"mem_fraction_static={opts.mem_fraction_static}", rank="TP0")
-    immediate = opts.fault != "none" and opts.fault_after_s is None \
+    immediate = opts.fault not in ("none", "retract") and opts.fault_after_s is None \
         and opts.fault_after_requests is None
+    if opts.fault == "retract" and opts.fault_after_s is None \
+            and opts.fault_after_requests is None:
+        rt.faults.apply("retract")        # pressure from the first batch on
     if immediate and opts.fault != "stall":
         await asyncio.sleep(_scaled(opts, opts.startup_s) / 2)
         rt.faults.apply(opts.fault)       # crash/oom never return; hang never yields again
     await asyncio.sleep(_scaled(opts, opts.startup_s))
-    log(f"Memory pool end. max_total_num_tokens={int(opts.mem_fraction_static * 1_000_000)}, "
-        f"max_running_requests={opts.max_running_requests}, "
+    log(f"max_total_num_tokens={opts.max_total_num_tokens}, "
+        f"max_running_requests={opts.effective_max_running_requests}, "
         f"context_len={opts.context_length}", rank="TP0")
+    if rt.metrics is not None:
+        rt.metrics.emit_constants(opts.max_total_num_tokens)
     rt.faults.loading = False
     rt.ready = True
+    rt.startup_time = time.time() - rt.started_at
     log("The server is fired up and ready to roll!")
     if immediate:
         rt.faults.apply("stall")
@@ -52,10 +60,27 @@ async def _lifecycle(rt: SimRuntime) -> None:
         rt.faults.apply(opts.fault)
 
 
+
+async def _retraction_ticks(rt: SimRuntime) -> None:
+    """While the fault is "retract" (from the start, a trigger or POST /sim/fault): a
+    retraction tick every 2 s (scaled) over the running batch. The server keeps answering."""
+    while True:
+        if rt.faults.fault == "retract":
+            rt.retraction.retract()
+        else:
+            rt.retraction.last_retracted = 0
+        await asyncio.sleep(max(0.05, _scaled(rt.opts, 2.0)))
+
+
 def build_runtime(opts: SimOptions) -> SimRuntime:
     children = spawn_children(opts.children, opts.port) if opts.children else []
     faults = FaultState(empty_rate=opts.empty_rate, children=children)
-    return SimRuntime(opts=opts, slots=BatchSlots(opts.max_running_requests), faults=faults)
+    metrics = None
+    if opts.enable_metrics:
+        set_prometheus_multiproc_dir()
+        metrics = SimMetrics(opts.model_name, opts.dp_size)
+    return SimRuntime(opts=opts, slots=BatchSlots(opts.effective_max_running_requests),
+                      faults=faults, metrics=metrics)
 
 
 def serve(opts: SimOptions) -> int:
@@ -63,11 +88,12 @@ def serve(opts: SimOptions) -> int:
 
     @asynccontextmanager
     async def lifespan(_app) -> AsyncIterator[None]:
-        task = asyncio.create_task(_lifecycle(rt))
+        tasks = [asyncio.create_task(_lifecycle(rt)), asyncio.create_task(_retraction_ticks(rt))]
         try:
             yield
         finally:
-            task.cancel()
+            for task in tasks:
+                task.cancel()
             # Here, not after server.run(): uvicorn re-raises SIGTERM once it has shut down,
             # which ends the process before any code after run() would execute.
             kill_children(rt.faults.children)

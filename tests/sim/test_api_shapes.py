@@ -48,7 +48,8 @@ def test_models_model_info_and_server_info_echo_the_launch_flags(sim_server):
     assert (server["max_running_requests"], server["mem_fraction_static"],
             server["max_mamba_cache_size"], server["context_length"],
             server["reasoning_parser"], server["tp_size"]) == (7, 0.71, 200, 4096, "qwen3", 2)
-    assert server["internal_states"][0]["#running-req"] == 0
+    # 0.5.23's internal state has the slot count, not the queue (that is in /metrics).
+    assert server["internal_states"][0]["effective_max_running_requests_per_dp"] == 7
     # Unknown flags are a warning, never a refusal to start.
     assert server["sim"]["unknown_flags"] == ["--some-future-flag", "9"]
     assert "ignores unknown flags: --some-future-flag 9" in sim.log_text()
