@@ -107,6 +107,12 @@ class DispatchSection:
     # On SIGTERM, how long requests in flight may run to completion before they are cut
     # off and requeued (0 = requeue at once). Minutes of GPU work per stop are worth a wait.
     stop_grace_s: float = 120.0
+    # The circuit breaker: pause dispatch when more than this share of the last
+    # breaker_window answers were errors (once breaker_min_samples are in). One bad setting
+    # fails every request in milliseconds; this stops it before every prompt is failed.
+    breaker_error_rate: float = 0.5
+    breaker_window: int = 200
+    breaker_min_samples: int = 50
 
 
 @dataclass(frozen=True)
@@ -119,6 +125,10 @@ class QualitySection:
     # Pause when more than this share of the window ran into max_tokens looping (degenerate
     # repetition: a model or sampling problem a higher limit does not fix). 1 = never.
     max_loop_rate: float = 1.0
+    # Pause when more than this share of the window was cut off inside the thinking (finish
+    # reason length, empty content, all text in reasoning): the budget ran out before any
+    # answer began, the "87% empty answers" incident. 1 = never.
+    max_thinking_truncated_rate: float = 0.5
     metrics_window_s: float = 60.0
 
 
@@ -334,11 +344,19 @@ def _validate(cfg: JobConfig) -> None:
     positive("dispatch.claim_batch", d.claim_batch)
     if d.stop_grace_s < 0:
         raise ConfigError("dispatch.stop_grace_s: must be >= 0 (0 = requeue at once)")
+    if not 0 < d.breaker_error_rate <= 1:
+        raise ConfigError(f"dispatch.breaker_error_rate: must be within (0, 1] (1 = never pause), "
+                          f"got {d.breaker_error_rate}")
+    positive("dispatch.breaker_window", d.breaker_window)
+    if not 0 < d.breaker_min_samples <= d.breaker_window:
+        raise ConfigError(f"dispatch.breaker_min_samples: must be within "
+                          f"1..dispatch.breaker_window ({d.breaker_window}), got {d.breaker_min_samples}")
     q = cfg.quality
     positive("quality.window", q.window)
     if not 0 < q.min_samples <= q.window:
         raise ConfigError(f"quality.min_samples: must be within 1..quality.window ({q.window})")
-    for name in ("max_bad_rate", "max_truncation_rate", "max_loop_rate"):
+    for name in ("max_bad_rate", "max_truncation_rate", "max_loop_rate",
+                 "max_thinking_truncated_rate"):
         value = getattr(q, name)
         if not 0 < value <= 1:
             raise ConfigError(f"quality.{name}: must be within (0, 1], got {value}")
