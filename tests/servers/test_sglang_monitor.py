@@ -178,3 +178,33 @@ async def test_metrics_found_without_the_flag_are_polled(
                                   lambda: 0, lambda: polls >= 3, "three polls")
     assert not returned
     assert mon.view.polled and mon.view.running == 0 and mon.view.error is None
+
+
+async def test_real_server_retracting_is_flagged(sim_server: Callable[..., Any]) -> None:
+    """A simulated server under KV pressure (`--sim-fault retract`: SGLang's retraction line
+    and `sglang:num_retracted_requests_total` every 2 simulated seconds) with room for all
+    we send: the retraction rate, not a queue, flags it."""
+    sim = sim_server("--enable-metrics", "--sim-fault", "retract", "--sim-time-scale", "10",
+                     "--max-running-requests", "8")
+    policy = OvercommitPolicy(queue_polls=3, retraction_polls=10, retractions_per_min=10.0,
+                              clear_polls=3)
+    mon = SglangMonitor("gpu0", policy)
+
+    async def ask(client: httpx.AsyncClient) -> None:
+        with anyio.move_on_after(20.0):
+            await client.post(sim.base_url + "/v1/chat/completions", timeout=30.0, json={
+                "model": "sim", "max_tokens": 30000,
+                "messages": [{"role": "user", "content": "write a long story"}]})
+
+    async with httpx.AsyncClient(trust_env=False) as client:
+        async with anyio.create_task_group() as tg:
+            for _ in range(8):
+                tg.start_soon(ask, client)
+            await _watch_until(mon, sim.base_url, ["--enable-metrics"], lambda: 8,
+                               lambda: mon.view.overcommitted, "the flag")
+            tg.cancel_scope.cancel()
+    v = mon.view
+    assert v.retractions_total is not None and v.retractions_total >= 1
+    assert (v.overcommit_reason or "").startswith("retracting "), v.overcommit_reason
+    assert "queue" not in (v.overcommit_reason or "")
+    assert "KV cache pool is full. Retract requests." in sim.log_text()
