@@ -63,7 +63,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     from supervisor.config import check_gpus_exist, load_config
     try:
         from supervisor.gpu.nvml_source import node_gpu_count
-        from supervisor.job import Job, JobError
+        from supervisor.job.main_loop import Job
+        from supervisor.job.store_setup import JobError
         from supervisor.state_backup.node_state import BackupUnreachable
     except ImportError as exc:
         # A broken install (boto3, NVML bindings...) stops the start: never run a job that
@@ -117,7 +118,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from supervisor.control.commands import status_main
+    from supervisor.client.commands import status_main
     return status_main(args)
 
 
@@ -153,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
         forwarded = sub.add_parser(name, help=text, add_help=False)
         forwarded.set_defaults(func=None, forward=name)
 
-    from supervisor.control.commands import add_status_arguments
+    from supervisor.client.commands import add_status_arguments
     status = sub.add_parser("status", help="live status from the control socket, or the state DB")
     add_status_arguments(status)
     status.set_defaults(func=cmd_status)
@@ -178,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             from supervisor.output_verify.command import main as verify_main
             return verify_main(rest)
         if argv[0] == "ctl":
-            from supervisor.control.commands import ctl_main
+            from supervisor.client.commands import ctl_main
             return ctl_main(rest)
         if argv[0] == "requeue":
             from supervisor.requeue_command import main as requeue_main

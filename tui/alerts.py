@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from supervisor.control.contract import Event, ServerState, Status
+from supervisor.contract.status import Event, ServerState, Status
 from tui.formatting import one_line
 from tui.link_state import LinkState
 

@@ -17,8 +17,8 @@ from textual import work
 from textual.app import App
 from textual.reactive import reactive
 
-from supervisor.control.client import default_socket_path
-from supervisor.control.contract import Event, Status
+from supervisor.client.control_client import default_socket_path
+from supervisor.contract.status import Event, Status
 from tui.daemon import Daemon, connect
 from tui.link_state import LinkState
 from tui.screens.main_screen import MainScreen

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from typing import AsyncIterator, Protocol
 
-from supervisor.control.client import (AsyncControlClient, ControlError,
+from supervisor.client.control_client import (AsyncControlClient, ControlError,
                                        ControlProtocolError, ControlRefused,
                                        ControlUnreachable)
-from supervisor.control.contract import (FlagValue, LogTail, MaxTokensResult, PauseResult,
-                                         RequeueResult, ResetResult, RestartResult,
-                                         ResumeResult, RetuneResult, Status, StreamItem)
+from supervisor.contract.status import FlagValue, Status, StreamItem
+from supervisor.contract.actions import (LogTail, MaxTokensResult, PauseResult, RequeueResult,
+                                         ResetResult, RestartResult, ResumeResult, RetuneResult)
 
 __all__ = ["Daemon", "connect", "ControlError", "ControlProtocolError", "ControlRefused",
            "ControlUnreachable"]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from supervisor.control.contract import Event
+from supervisor.contract.status import Event
 from tui.formatting import one_line
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import shlex
 
-from supervisor.control.contract import Flag, FlagScalar, FlagValue
+from supervisor.contract.status import Flag, FlagScalar, FlagValue
 
 
 class FlagSyntaxError(ValueError):

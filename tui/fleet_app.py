@@ -14,8 +14,8 @@ from textual.app import App
 from textual.binding import Binding
 from textual.reactive import reactive
 
-from supervisor.control.contract import Event, Status
-from supervisor.control.fleet_totals import NodeRow
+from supervisor.contract.status import Event, Status
+from supervisor.client.fleet_totals import NodeRow
 from tui.app import KEEP_EVENTS
 from tui.daemon import Daemon
 from tui.link_state import LinkState

@@ -13,7 +13,7 @@ from typing import Callable
 
 import anyio
 
-from supervisor.control.contract import Event, Gap, Status
+from supervisor.contract.status import Event, Gap, Status
 from tui.daemon import ControlError, ControlRefused, ControlUnreachable, Daemon
 from tui.link_state import LinkState
 

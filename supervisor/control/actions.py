@@ -18,10 +18,15 @@ import anyio.abc
 
 from state.store import Store
 from supervisor.config import ConfigError, JobConfig, with_flags
-from supervisor.control import contract as c
-from supervisor.control.codec import to_plain
+from supervisor.contract import status as c
+from supervisor.contract.actions import (FlagChange, LogTail, MaxTokensRequest, MaxTokensResult,
+                                         PauseRequest, PauseResult, RequeueFailedRequest,
+                                         RequeueResult, RequeueTruncatedRequest, ResetResult,
+                                         RestartRequest, RestartResult, ResumeResult,
+                                         RetuneRequest, RetuneResult)
+from supervisor.contract.codec import to_plain
+from supervisor.contract.status import flag_value
 from supervisor.control.peer import actor_of
-from supervisor.control.snapshot import flag_value
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.servers.fleet import Fleet
 
@@ -88,35 +93,35 @@ class Actions:
 
     # -- actions ------------------------------------------------------------------------------
 
-    async def max_tokens(self, req: c.MaxTokensRequest, caller: c.Caller | None) -> c.MaxTokensResult:
+    async def max_tokens(self, req: MaxTokensRequest, caller: c.Caller | None) -> MaxTokensResult:
         actor = actor_of(caller)
         try:
             old = await self.dispatcher.set_max_tokens(req.value, actor)
         except ValueError as exc:
             raise Refused(422, str(exc)) from None
         requeued = await self.dispatcher.requeue_truncated(actor) if req.requeue_truncated else None
-        result = c.MaxTokensResult(old=old, new=req.value, requeued=requeued)
+        result = MaxTokensResult(old=old, new=req.value, requeued=requeued)
         await self.audit("max-tokens", caller, req, result)
         return result
 
-    async def requeue_truncated(self, req: c.RequeueTruncatedRequest,
-                                caller: c.Caller | None) -> c.RequeueResult:
+    async def requeue_truncated(self, req: RequeueTruncatedRequest,
+                                caller: c.Caller | None) -> RequeueResult:
         count = await self.dispatcher.requeue_truncated(actor_of(caller), req.include_loops)
         # Requeued prompts are pending now: what is still truncated below the limit is loops.
         left = await self.astore.call(Store.truncated_count, self.dispatcher.max_tokens)
-        result = c.RequeueResult("truncated", count, self.dispatcher.max_tokens, left)
+        result = RequeueResult("truncated", count, self.dispatcher.max_tokens, left)
         await self.audit("requeue-truncated", caller, req, result)
         return result
 
-    async def requeue_failed(self, req: c.RequeueFailedRequest,
-                             caller: c.Caller | None) -> c.RequeueResult:
+    async def requeue_failed(self, req: RequeueFailedRequest,
+                             caller: c.Caller | None) -> RequeueResult:
         count = await self.astore.call(Store.requeue_failed, req.reason_like, actor_of(caller))
         self.dispatcher.poke()
-        result = c.RequeueResult("failed", int(count))
+        result = RequeueResult("failed", int(count))
         await self.audit("requeue-failed", caller, req, result)
         return result
 
-    async def pause(self, req: c.PauseRequest, caller: c.Caller | None) -> c.PauseResult:
+    async def pause(self, req: PauseRequest, caller: c.Caller | None) -> PauseResult:
         reason = " ".join(req.reason.split())
         if not reason:
             raise Refused(400, "pause: say why (reason must not be empty)")
@@ -124,17 +129,17 @@ class Actions:
             raise Refused(400, f"pause: reason longer than {MAX_REASON} characters")
         before = self.dispatcher.snapshot().paused.get(OPERATOR)
         await self.dispatcher.pause(OPERATOR, reason, actor_of(caller))
-        result = c.PauseResult(changed=before != reason, reason=reason, paused=self.paused())
+        result = PauseResult(changed=before != reason, reason=reason, paused=self.paused())
         await self.audit("pause", caller, req, result)
         return result
 
-    async def resume(self, caller: c.Caller | None) -> c.ResumeResult:
+    async def resume(self, caller: c.Caller | None) -> ResumeResult:
         snap = self.dispatcher.snapshot().paused
         lifted = []
         for key in LIFTABLE:
             if key in snap and await self.dispatcher.resume(key, actor_of(caller)):
                 lifted.append(c.PauseReason(key, snap[key]))
-        result = c.ResumeResult(lifted=tuple(lifted), paused=self.paused())
+        result = ResumeResult(lifted=tuple(lifted), paused=self.paused())
         await self.audit("resume", caller, {}, result)
         return result
 
@@ -154,25 +159,25 @@ class Actions:
 
         self.tg.start_soon(run, name=what)
 
-    async def restart(self, req: c.RestartRequest, caller: c.Caller | None) -> c.RestartResult:
+    async def restart(self, req: RestartRequest, caller: c.Caller | None) -> RestartResult:
         if req.server is not None:
             self.check_server(req.server)
         order = (req.server,) if req.server else tuple(self.server_names())
         what = f"restart of {req.server}" if req.server else "rolling restart"
         actor = actor_of(caller)
         self._start_roll(what, lambda: self.fleet.restart(req.server, actor))
-        result = c.RestartResult(order=order, reason="restart requested")
+        result = RestartResult(order=order, reason="restart requested")
         await self.audit("restart", caller, req, result)
         return result
 
-    async def retune(self, req: c.RetuneRequest, caller: c.Caller | None) -> c.RetuneResult:
+    async def retune(self, req: RetuneRequest, caller: c.Caller | None) -> RetuneResult:
         if not req.flags:
             raise Refused(400, "retune: no flags given")
         if req.server is not None:
             self.check_server(req.server)
         targets = [req.server] if req.server else self.server_names()
         current = self.fleet.flags(targets[0])
-        changes: list[c.FlagChange] = []
+        changes: list[FlagChange] = []
         flags: dict[str, Any] = {}
         for f in req.flags:
             if f.name not in current and not req.add:
@@ -185,8 +190,8 @@ class Actions:
             value = list(f.value) if isinstance(f.value, tuple) else f.value
             flags[f.name] = value
             old = current.get(f.name)
-            changes.append(c.FlagChange(f.name, None if old is None else flag_value(old),
-                                        f.value))
+            changes.append(FlagChange(f.name, None if old is None else flag_value(old),
+                                      f.value))
         try:
             for name in targets:
                 server = self.fleet.servers[name]
@@ -196,11 +201,11 @@ class Actions:
         actor = actor_of(caller)
         what = f"retune of {req.server}" if req.server else "rolling retune"
         self._start_roll(what, lambda: self.fleet.retune(flags, req.server, actor))
-        result = c.RetuneResult(changes=tuple(changes), order=tuple(targets))
+        result = RetuneResult(changes=tuple(changes), order=tuple(targets))
         await self.audit("retune", caller, req, result)
         return result
 
-    async def reset(self, name: str, caller: c.Caller | None) -> c.ResetResult:
+    async def reset(self, name: str, caller: c.Caller | None) -> ResetResult:
         self.check_server(name)
         state = self.fleet.servers[name].state
         if state is not c.ServerState.FAILED:
@@ -208,12 +213,12 @@ class Actions:
                                f"FAILED server (use restart)")
         if not await self.fleet.reset(name, actor_of(caller)):
             raise Refused(409, f"{name} left FAILED meanwhile")
-        result = c.ResetResult(server=name, was=c.ServerState.FAILED)
+        result = ResetResult(server=name, was=c.ServerState.FAILED)
         await self.audit("reset", caller, {"server": name}, result)
         return result
 
-    def log_tail(self, name: str, lines: int) -> c.LogTail:
+    def log_tail(self, name: str, lines: int) -> LogTail:
         self.check_server(name)
         server = self.fleet.servers[name]
-        return c.LogTail(server=name, path=str(server.log.path),
-                         lines=tuple(self.fleet.recent_log(name, lines)))
+        return LogTail(server=name, path=str(server.log.path),
+                       lines=tuple(self.fleet.recent_log(name, lines)))

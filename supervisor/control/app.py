@@ -18,9 +18,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from supervisor.control import contract as c
+from supervisor.contract.actions import (ErrorBody, MaxTokensRequest, PauseRequest,
+                                         RequeueFailedRequest, RequeueTruncatedRequest,
+                                         RestartRequest, RetuneRequest)
+from supervisor.contract import status as c
 from supervisor.control.actions import Actions, Refused
-from supervisor.control.codec import ContractError, to_plain
+from supervisor.contract.codec import ContractError, to_plain
 from supervisor.control.hub import Hub
 from supervisor.control.metrics import CONTENT_TYPE, RestartCauses, render
 from supervisor.control.peer import PEER_KEY
@@ -39,7 +42,7 @@ def _json(record: Any, status: int = 200) -> Response:
 
 
 def _error(status: int, reason: str) -> Response:
-    return _json(c.ErrorBody(reason, status), status)
+    return _json(ErrorBody(reason, status), status)
 
 
 async def _body(request: Request, cls: type[T]) -> T:
@@ -150,19 +153,19 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
         return _json(actions.log_tail(request.path_params["name"], int(raw)))
 
     async def max_tokens(request: Request) -> Response:
-        req = await _body(request, c.MaxTokensRequest)
+        req = await _body(request, MaxTokensRequest)
         return _json(await actions.max_tokens(req, _caller(request)))
 
     async def requeue_truncated(request: Request) -> Response:
-        req = await _body(request, c.RequeueTruncatedRequest)
+        req = await _body(request, RequeueTruncatedRequest)
         return _json(await actions.requeue_truncated(req, _caller(request)))
 
     async def requeue_failed(request: Request) -> Response:
-        req = await _body(request, c.RequeueFailedRequest)
+        req = await _body(request, RequeueFailedRequest)
         return _json(await actions.requeue_failed(req, _caller(request)))
 
     async def pause(request: Request) -> Response:
-        req = await _body(request, c.PauseRequest)
+        req = await _body(request, PauseRequest)
         return _json(await actions.pause(req, _caller(request)))
 
     async def resume(request: Request) -> Response:
@@ -170,11 +173,11 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
         return _json(await actions.resume(_caller(request)))
 
     async def restart(request: Request) -> Response:
-        req = await _body(request, c.RestartRequest)
+        req = await _body(request, RestartRequest)
         return _json(await actions.restart(req, _caller(request)), 202)
 
     async def retune(request: Request) -> Response:
-        req = await _body(request, c.RetuneRequest)
+        req = await _body(request, RetuneRequest)
         return _json(await actions.retune(req, _caller(request)), 202)
 
     async def reset(request: Request) -> Response:

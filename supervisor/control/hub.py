@@ -11,13 +11,14 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Awaitable, Callable
 
 import anyio
 
 from state.store import Store
-from supervisor.control import contract as c
-from supervisor.control.snapshot import event_of
+from supervisor.contract import status as c
+from supervisor.control.audit_events import event_of
 
 log = logging.getLogger("supervisor.control")
 
@@ -62,12 +63,13 @@ class Subscriber:
         return batch
 
 
-StatusBuilder = Callable[[tuple[c.ThroughputPoint, ...], tuple[c.Event, ...]],
-                         Awaitable[c.Status]]
+# The job's snapshot, built on demand; the hub adds what only it keeps (throughput history,
+# recent events).
+StatusSource = Callable[[], Awaitable[c.Status]]
 
 
 class Hub:
-    def __init__(self, astore: object, build: StatusBuilder, interval_s: float,
+    def __init__(self, astore: object, build: StatusSource, interval_s: float,
                  buffer: int = 64, clock: Callable[[], float] = time.time,
                  on_event: Callable[[c.Event], None] | None = None) -> None:
         self.astore = astore
@@ -117,7 +119,8 @@ class Hub:
             cached = self._cached
             if cached is not None and time.monotonic() - cached[0] <= max_age_s:
                 return cached[1]        # built while we waited for the lock
-            status = await self._build(tuple(self._throughput), tuple(self.events))
+            status = replace(await self._build(), throughput=tuple(self._throughput),
+                             recent_events=tuple(self.events))
             self._cached = (time.monotonic(), status)
             return status
 

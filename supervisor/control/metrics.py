@@ -15,7 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from supervisor.control import contract as c
+from supervisor.contract import status as c
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -11,7 +11,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from supervisor.control.contract import Caller
+from supervisor.contract.status import Caller
 
 PEER_KEY = "dflash_peer"
 

@@ -18,7 +18,7 @@ import uvicorn
 
 from supervisor.control.actions import Actions, JobParts
 from supervisor.control.app import build_app
-from supervisor.control.hub import Hub
+from supervisor.control.hub import Hub, StatusSource
 from supervisor.control.metrics import RestartCauses
 from supervisor.control.peer import PeerCredProtocol
 from supervisor.control.socket_file import BoundSocket
@@ -42,8 +42,8 @@ class _Server(uvicorn.Server):
 
 class ControlServer:
     def __init__(self, job: JobParts, astore: Any, bound: BoundSocket, interval_s: float,
-                 status: Any) -> None:
-        """`status(throughput, events)` builds a contract Status (the job supplies it)."""
+                 status: StatusSource) -> None:
+        """`status()` builds the job's contract Status (the job supplies it)."""
         self.job = job
         self.astore = astore
         self.bound = bound

@@ -59,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     import anyio
 
     from supervisor.demo.prompts import write_demo_prompts
-    from supervisor.job import Job, JobError
+    from supervisor.job.main_loop import Job
+    from supervisor.job.store_setup import JobError
 
     args = _parse(list(sys.argv[1:] if argv is None else argv))
     directory = Path(args.dir).resolve()

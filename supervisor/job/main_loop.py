@@ -27,7 +27,7 @@ from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.control import socket_file
-from supervisor.control.contract import Event, Status, ThroughputPoint
+from supervisor.contract.status import Status
 from supervisor.control.server import ControlServer
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu import GpuSampler, GpuSource, NvmlSource
@@ -301,10 +301,9 @@ class Job:
             await shards.sync(True)
             await uploader.drain()
 
-    async def _control_status(self, throughput: tuple[ThroughputPoint, ...],
-                              events: tuple[Event, ...]) -> Status:
+    async def _control_status(self) -> Status:
         assert self._status is not None
-        return await self._status.control_status(self.config, throughput, events)
+        return await self._status.control_status(self.config)
 
     async def _signals(self) -> None:
         with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT, signal.SIGHUP) as signals:

@@ -3,7 +3,7 @@ apart from the status data it reads."""
 
 from __future__ import annotations
 
-from supervisor.control.text import duration
+from supervisor.client.text import duration
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
 

@@ -8,8 +8,8 @@ import time
 from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import JobConfig
-from supervisor.control.contract import Event, Status, ThroughputPoint
-from supervisor.control.snapshot import build_status
+from supervisor.contract.status import Status
+from supervisor.job.contract_status import build_status
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu.sampler import GpuSampler
 from supervisor.job.energy_ledger import EnergyLedger
@@ -68,10 +68,10 @@ class StatusBuilder:
         self.last = status
         return status
 
-    async def control_status(self, config: JobConfig, throughput: tuple[ThroughputPoint, ...],
-                             events: tuple[Event, ...]) -> Status:
+    async def control_status(self, config: JobConfig) -> Status:
         """The control socket's status: the job status plus what only the socket serves
-        (output-length histogram, server flags, throughput history, recent events)."""
+        (output-length histogram, server flags); the hub adds its throughput history and
+        recent events."""
         js = await self.build()
         d = self.dispatcher
         assert d is not None
@@ -82,5 +82,4 @@ class StatusBuilder:
         truncated = await self.astore.call(Store.truncated_count, None, False)
         return build_status(js, config, started_at=self.started_at,
                             histogram=d.lengths.histogram(d.max_tokens), flags=self.fleet,
-                            throughput=throughput, events=events,
                             requeueable_truncated=requeueable, truncated=truncated)

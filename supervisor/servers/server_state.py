@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from supervisor.control.contract import ServerState
+from supervisor.contract.status import ServerState
 
 __all__ = ["ALLOWED_TRANSITIONS", "IllegalTransition", "ServerSnapshot", "ServerState",
            "check_transition"]

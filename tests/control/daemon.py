@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from supervisor.control.client import ControlClient, ControlUnreachable
-from supervisor.control.contract import Status
+from supervisor.client.control_client import ControlClient, ControlUnreachable
+from supervisor.contract.status import Status
 from tests.fixtures.job_toml import job_data, write_toml
 from tests.fixtures.state_db import read_db
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from supervisor.control.contract import (SCHEMA_VERSION, Caller, Energy, Eta, Event, Flag,
-                                         GpuStatus, Gpus, Histogram, JobCounts, PauseReason,
-                                         ProblemCount, Quality, Rates, ServerState, ServerStatus,
-                                         Status, ThroughputPoint, Uploads)
+from supervisor.contract.status import (SCHEMA_VERSION, Caller, Energy, Eta, Event, Flag,
+                                        GpuStatus, Gpus, Histogram, JobCounts, PauseReason,
+                                        ProblemCount, Quality, Rates, ServerState, ServerStatus,
+                                        Status, ThroughputPoint, Uploads)
 
 T0 = 1_764_000_000.0
 

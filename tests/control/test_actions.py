@@ -12,8 +12,9 @@ from typing import Iterator
 
 import pytest
 
-from supervisor.control import contract as c
-from supervisor.control.client import ControlRefused
+from supervisor.contract.actions import ResetResult
+from supervisor.contract import status as c
+from supervisor.client.control_client import ControlRefused
 from tests.control import daemon
 
 pytestmark = pytest.mark.slow
@@ -174,7 +175,7 @@ def test_retune_one_server_then_reset_it_when_failed(d: daemon.Daemon) -> None:
         failed_at = d.query("SELECT max(id) FROM events WHERE kind = 'server_state' AND "
                             "subject = 'gpu1' AND json_extract(detail, '$.to') = 'FAILED'")[0][0]
         reset = client.reset("gpu1")
-        assert reset == c.ResetResult("gpu1", c.ServerState.FAILED)
+        assert reset == ResetResult("gpu1", c.ServerState.FAILED)
     deadline = time.monotonic() + 10
     while not d.query("SELECT 1 FROM events WHERE kind = 'server_state' AND subject = 'gpu1' "
                       "AND json_extract(detail, '$.to') = 'STARTING' AND id > ?", failed_at):

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.control.client import (AsyncControlClient, ControlClient, ControlRefused,
+from supervisor.client.control_client import (AsyncControlClient, ControlClient, ControlRefused,
                                        ControlUnreachable)
 
 

@@ -12,7 +12,8 @@ from typing import Iterator
 
 import pytest
 
-from supervisor.control import contract as c
+from supervisor.contract.actions import RequeueResult
+from supervisor.contract import status as c
 from tests.control import daemon
 
 pytestmark = pytest.mark.slow
@@ -81,7 +82,7 @@ def test_ctl_answers_and_exit_codes(d: daemon.Daemon, args: list[str], code: int
 def test_ctl_json_is_the_contracts_record(d: daemon.Daemon) -> None:
     r = cli("ctl", "--socket", d.socket, "--json", "requeue-truncated")
     assert r.returncode == 0, r.stderr
-    result = c.RequeueResult.from_json(r.stdout)
+    result = RequeueResult.from_json(r.stdout)
     assert result.what == "truncated" and result.count >= 0
 
 

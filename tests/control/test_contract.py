@@ -10,8 +10,13 @@ import typing
 
 import pytest
 
-from supervisor.control import contract as c
-from supervisor.control.codec import ContractError
+from supervisor.contract.actions import (ErrorBody, FlagChange, FlagSetting, LogTail,
+                                         MaxTokensRequest, MaxTokensResult, PauseRequest,
+                                         PauseResult, RequeueFailedRequest, RequeueResult,
+                                         ResetResult, RestartRequest, RestartResult, ResumeResult,
+                                         RetuneRequest, RetuneResult)
+from supervisor.contract import status as c
+from supervisor.contract.codec import ContractError
 from tests.control import samples
 
 
@@ -51,17 +56,17 @@ def test_every_record_is_frozen_and_fully_typed() -> None:
 
 def test_every_action_record_round_trips() -> None:
     records = [
-        c.MaxTokensRequest(8192, True), c.MaxTokensResult(4096, 8192, 17),
-        c.RequeueFailedRequest("context length"), c.RequeueResult("failed", 3),
-        c.PauseRequest("maintenance"),
-        c.PauseResult(True, "maintenance", (c.PauseReason("operator", "maintenance"),)),
-        c.ResumeResult((c.PauseReason("operator", "maintenance"),), ()), c.RestartRequest("gpu1"),
-        c.RestartResult(("gpu0", "gpu1"), "restart requested"),
-        c.RetuneRequest((c.FlagSetting("mem-fraction-static", 0.85),
-                         c.FlagSetting("cuda-graph-max-bs", None)), "gpu0", True),
-        c.RetuneResult((c.FlagChange("mem-fraction-static", 0.88, 0.85),), ("gpu0",)),
-        c.ResetResult("gpu3", c.ServerState.FAILED), c.ErrorBody("unknown server 'x'", 404),
-        c.LogTail("gpu0", "/var/log/gpu0.log", ("a", "b")), c.Gap(12),
+        MaxTokensRequest(8192, True), MaxTokensResult(4096, 8192, 17),
+        RequeueFailedRequest("context length"), RequeueResult("failed", 3),
+        PauseRequest("maintenance"),
+        PauseResult(True, "maintenance", (c.PauseReason("operator", "maintenance"),)),
+        ResumeResult((c.PauseReason("operator", "maintenance"),), ()), RestartRequest("gpu1"),
+        RestartResult(("gpu0", "gpu1"), "restart requested"),
+        RetuneRequest((FlagSetting("mem-fraction-static", 0.85),
+                       FlagSetting("cuda-graph-max-bs", None)), "gpu0", True),
+        RetuneResult((FlagChange("mem-fraction-static", 0.88, 0.85),), ("gpu0",)),
+        ResetResult("gpu3", c.ServerState.FAILED), ErrorBody("unknown server 'x'", 404),
+        LogTail("gpu0", "/var/log/gpu0.log", ("a", "b")), c.Gap(12),
     ]
     for r in records:
         assert type(r).from_json(r.to_json()) == r
@@ -140,7 +145,7 @@ FORBIDDEN = ("state", "sqlite_utils", "sqlite3", "boto3", "botocore", "pynvml",
 def test_tui_and_client_import_nothing_of_the_daemon() -> None:
     code = (
         "import sys\n"
-        "import tui.app, supervisor.control.client, supervisor.control.contract\n"
+        "import tui.app, supervisor.client.control_client, supervisor.contract.status\n"
         f"bad = [m for m in sys.modules if any(m == f or m.startswith(f + '.') "
         f"for f in {FORBIDDEN!r})]\n"
         "print(','.join(sorted(bad)))\n")
@@ -149,14 +154,15 @@ def test_tui_and_client_import_nothing_of_the_daemon() -> None:
     assert out.stdout.strip() == "", out.stdout
 
 
-def test_contract_is_standard_library_only() -> None:
+def test_contract_is_a_standard_library_only_leaf() -> None:
     code = (
         "import sys\n"
         "before = set(sys.modules)\n"
-        "import supervisor.control.contract\n"
+        "import supervisor.contract.status, supervisor.contract.actions\n"
         "new = set(sys.modules) - before\n"
         "third = sorted(m for m in new if m.split('.')[0] not in sys.stdlib_module_names "
-        "and m.split('.')[0] != 'supervisor')\n"
+        "and m not in ('supervisor', 'supervisor.contract') "
+        "and not m.startswith('supervisor.contract.'))\n"
         "print(','.join(third))\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=60, check=True)
@@ -164,7 +170,7 @@ def test_contract_is_standard_library_only() -> None:
 
 
 def test_list_flag_values_round_trip() -> None:
-    r = c.RetuneRequest((c.FlagSetting("cuda-graph-bs", (1, 2, 4, 8)),
-                         c.FlagSetting("json-model-override-args", "{}")))
-    again = c.RetuneRequest.from_json(r.to_json())
+    r = RetuneRequest((FlagSetting("cuda-graph-bs", (1, 2, 4, 8)),
+                       FlagSetting("json-model-override-args", "{}")))
+    again = RetuneRequest.from_json(r.to_json())
     assert again == r and type(again.flags[0].value) is tuple

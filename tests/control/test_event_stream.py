@@ -10,7 +10,7 @@ from typing import Iterator
 
 import pytest
 
-from supervisor.control import contract as c
+from supervisor.contract import status as c
 from tests.control import daemon
 
 pytestmark = pytest.mark.slow

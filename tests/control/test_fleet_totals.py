@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from supervisor.control.fleet_totals import FleetTotals, NodeRow
+from supervisor.client.fleet_totals import FleetTotals, NodeRow
 from tests.tui import contract_data as data
 from tests.tui.test_fleet import node
 

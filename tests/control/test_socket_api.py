@@ -13,8 +13,8 @@ from typing import Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from supervisor.control import contract as c
-from supervisor.control.client import ControlRefused
+from supervisor.contract import status as c
+from supervisor.client.control_client import ControlRefused
 from tests.control import daemon
 
 pytestmark = pytest.mark.slow

@@ -60,7 +60,7 @@ def test_only_the_sockets_group_may_connect(tmp_path: Path, open_dir: Path) -> N
     group = _group()
     # The client runs as `nobody` with this Python: an interpreter or install under a
     # directory only root may enter (a per-user pyenv in /root) cannot be used that way.
-    probe = as_nobody(sys.executable, "-c", "import supervisor.control.client")
+    probe = as_nobody(sys.executable, "-c", "import supervisor.client.control_client")
     if probe.returncode != 0:
         pytest.skip(f"`nobody` cannot run {sys.executable} with this project: "
                     f"{(probe.stderr.strip().splitlines() or ['?'])[-1]}")

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from supervisor.control.contract import Status
-from supervisor.control.text import report
+from supervisor.contract.status import Status
+from supervisor.client.text import report
 from tests.control.samples import status
 
 

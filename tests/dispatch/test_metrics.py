@@ -1,4 +1,4 @@
-from supervisor.control.text import duration
+from supervisor.client.text import duration
 from supervisor.dispatch.metrics import CompletionRateWindow, eta_seconds
 
 

@@ -9,9 +9,9 @@ from dataclasses import replace
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from supervisor.control import contract as c
+from supervisor.contract import status as c
 from supervisor.control.metrics import RestartCauses, render
-from supervisor.control.snapshot import build_status
+from supervisor.job.contract_status import build_status
 from supervisor.job.progress_line import progress_line
 from supervisor.job.status import JobStatus
 from tests.fixtures.real_job import job_config, run_job

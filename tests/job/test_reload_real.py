@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from supervisor.config import load_config
-from supervisor.job import Job
+from supervisor.job.main_loop import Job
 from tests.fixtures.job_toml import job_data, write_toml
 from tests.fixtures.real_job import (assert_every_prompt_once, completed_on, query, run_job,
                                     transitions, wait_fleet, wait_for)

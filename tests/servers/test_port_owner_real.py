@@ -14,7 +14,7 @@ import anyio
 import pytest
 
 from supervisor.gpu.fake_source import FakeGpuSource
-from supervisor.job import Job
+from supervisor.job.main_loop import Job
 from supervisor.servers.port_owner import port_holder, served_by_group
 from tests.fixtures.real_job import fast_fleet, job_config, transitions
 from tests.fixtures.sim_servers import sim_argv, wait_healthy

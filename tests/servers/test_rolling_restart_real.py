@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from supervisor.job import Job
+from supervisor.job.main_loop import Job
 from supervisor.servers.fleet import RollingResult
 from supervisor.servers.server_state import ServerState
 

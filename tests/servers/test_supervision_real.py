@@ -17,7 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from supervisor.job import Job
+from supervisor.job.main_loop import Job
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from supervisor.job import JobError
+from supervisor.job.store_setup import JobError
 from tests.fixtures.fs_faults import cli
 from tests.fixtures.job_toml import write_job_toml
 from tests.fixtures.real_job import job_config, query, run_job

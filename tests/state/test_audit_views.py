@@ -18,7 +18,7 @@ import pytest
 
 from state.schema import MIGRATIONS, SCHEMA_VERSION, migrate
 from state.store import Store
-from supervisor.job import Job
+from supervisor.job.main_loop import Job
 from supervisor.servers.server_state import ServerState
 from tests.fixtures.real_job import (completed_on, job_config, query, run_job, sim_fault,
                                     state_of, wait_fleet, wait_for)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from supervisor.control.contract import (SCHEMA_VERSION, Caller, Energy, Eta, Event, Flag,
-                                         GpuStatus, Gpus, Histogram, JobCounts, PauseReason, ProblemCount,
-                                         Quality, Rates, ServerState, ServerStatus, Status,
-                                         ThroughputPoint, Uploads)
+from supervisor.contract.status import (SCHEMA_VERSION, Caller, Energy, Eta, Event, Flag,
+                                        GpuStatus, Gpus, Histogram, JobCounts, PauseReason,
+                                        ProblemCount, Quality, Rates, ServerState, ServerStatus,
+                                        Status, ThroughputPoint, Uploads)
 
 T0 = 1_796_270_000.0          # the snapshot's time (fixed: "ago" figures are relative to it)
 GIB = 2**30

@@ -9,10 +9,10 @@ from typing import Any, AsyncIterator
 
 import anyio
 
-from supervisor.control.contract import (FlagChange, FlagValue, LogTail, MaxTokensResult,
-                                         PauseReason, PauseResult, RequeueResult, ResetResult,
-                                         RestartResult, ResumeResult, RetuneResult,
-                                         ServerState, Status, StreamItem)
+from supervisor.contract.status import FlagValue, PauseReason, ServerState, Status, StreamItem
+from supervisor.contract.actions import (FlagChange, LogTail, MaxTokensResult, PauseResult,
+                                         RequeueResult, ResetResult, RestartResult, ResumeResult,
+                                         RetuneResult)
 from tui.daemon import ControlRefused, ControlUnreachable
 
 

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from textual.widgets import Input
 
-from supervisor.control.contract import Status
+from supervisor.contract.status import Status
 from tests.tui import contract_data as data
 from tests.tui.fake_daemon import FakeDaemon
 from tests.tui.test_keys import until_called

@@ -13,7 +13,7 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input
 
-from supervisor.control.contract import ServerState, Status
+from supervisor.contract.status import ServerState, Status
 from tests.control import daemon
 from tui.app import DflashTui, make_app
 from tui.daemon import connect

@@ -9,7 +9,7 @@ from typing import AsyncIterator
 import anyio
 import pytest
 
-from supervisor.control.contract import Event, Gap, Status, StreamItem
+from supervisor.contract.status import Event, Gap, Status, StreamItem
 from tests.tui import contract_data as data
 from tests.tui.fake_daemon import FakeDaemon
 from tui.daemon import ControlRefused, ControlUnreachable

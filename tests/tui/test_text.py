@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from supervisor.control.contract import Event, Histogram, ServerState
+from supervisor.contract.status import Event, Histogram, ServerState
 from tests.tui import contract_data as data
 from tui.alerts import Severity, alerts
 from tui.event_text import describe, line, who

@@ -10,7 +10,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical, VerticalScroll
 from textual.widgets import Button, Checkbox, Input, Static
 
-from supervisor.control.contract import FlagValue, ServerStatus
+from supervisor.contract.status import FlagValue, ServerStatus
 from tui.dialogs.form_dialog import FormDialog
 from tui.flag_text import FlagSyntaxError, parse_flags, show_flags
 

@@ -10,7 +10,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Static
 
-from supervisor.control.fleet_totals import FleetTotals, NodeRow
+from supervisor.client.fleet_totals import FleetTotals, NodeRow
 from tui.widgets.fleet.fleet_table import FleetTable
 from tui.widgets.fleet.fleet_totals_line import FleetTotalsLine
 

@@ -17,7 +17,7 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer
 
-from supervisor.control.contract import Event, ServerState, Status
+from supervisor.contract.status import Event, ServerState, Status
 from tui import answer_text
 from tui.alerts import Alert, alerts
 from tui.daemon import ControlError, ControlRefused, Daemon

@@ -7,7 +7,7 @@ from textual.geometry import Size
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from supervisor.control.contract import Status
+from supervisor.contract.status import Status
 
 
 class StatusText(Widget):

@@ -6,7 +6,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from supervisor.control.contract import Status
+from supervisor.contract.status import Status
 from tui.formatting import duration
 from tui.link_state import LinkState
 

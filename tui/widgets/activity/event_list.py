@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from supervisor.control.contract import Event
+from supervisor.contract.status import Event
 from tui.event_text import describe, who
 from tui.formatting import clock, one_line
 

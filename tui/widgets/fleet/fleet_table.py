@@ -10,7 +10,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from supervisor.control.fleet_totals import NodeRow
+from supervisor.client.fleet_totals import NodeRow
 from tui.formatting import duration, one_line
 
 COLUMNS = (("node", "node"), ("part", "part"), ("done", "done"), ("pct", "%"),

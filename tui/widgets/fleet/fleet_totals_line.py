@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from supervisor.control.fleet_totals import FleetTotals
+from supervisor.client.fleet_totals import FleetTotals
 from tui.formatting import duration
 
 

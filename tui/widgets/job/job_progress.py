@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from supervisor.control.contract import Status
+from supervisor.contract.status import Status
 from tui.formatting import count, duration, percent
 from tui.text_flow import figure, flow
 from tui.widgets.status_text import StatusText

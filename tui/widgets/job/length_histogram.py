@@ -12,7 +12,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from supervisor.control.contract import Histogram, Status
+from supervisor.contract.status import Histogram, Status
 from tui.bar_chart import bar_rows
 from tui.formatting import count
 

@@ -7,7 +7,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from supervisor.control.contract import Status
+from supervisor.contract.status import Status
 from tui.bar_chart import bar_rows, bucket_means
 from tui.formatting import duration
 

@@ -10,7 +10,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from supervisor.control.contract import GpuStatus, ServerState, ServerStatus, Status
+from supervisor.contract.status import GpuStatus, ServerState, ServerStatus, Status
 from tui.formatting import duration, gib, one_line
 
 STATE_STYLE = {

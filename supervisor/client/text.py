@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import time
 
-from supervisor.control import contract as c
+from supervisor.contract.actions import (MaxTokensResult, PauseResult, RequeueResult, ResetResult,
+                                         RestartResult, ResumeResult, RetuneResult)
+from supervisor.contract import status as c
 
 
 def duration(seconds: float | None) -> str:
@@ -111,25 +113,25 @@ def report(s: c.Status, source: str) -> str:
 
 def result_text(record: object) -> str:
     """One readable line for an action's answer."""
-    if isinstance(record, c.MaxTokensResult):
+    if isinstance(record, MaxTokensResult):
         more = f", {record.requeued} truncated prompts requeued" if record.requeued is not None else ""
         return f"max tokens {record.old} -> {record.new}{more}"
-    if isinstance(record, c.RequeueResult):
+    if isinstance(record, RequeueResult):
         left = (f"; {record.loops_left} looping ones left (--include-loops re-runs them)"
                 if record.loops_left else "")
         return f"{record.count} {record.what} prompts back to pending{left}"
-    if isinstance(record, c.PauseResult):
+    if isinstance(record, PauseResult):
         return ("paused: " if record.changed else "already paused: ") + record.reason
-    if isinstance(record, c.ResumeResult):
+    if isinstance(record, ResumeResult):
         lifted = "; ".join(f"{p.source}: {p.reason}" for p in record.lifted) or "nothing to lift"
         still = "; ".join(f"{p.source}: {p.reason}" for p in record.paused)
         return f"resumed ({lifted})" + (f"; still paused by {still}" if still else "")
-    if isinstance(record, c.RestartResult):
+    if isinstance(record, RestartResult):
         return f"restarting {', '.join(record.order)} in this order (each READY before the next)"
-    if isinstance(record, c.RetuneResult):
+    if isinstance(record, RetuneResult):
         changes = ", ".join(f"{ch.name}: {json.dumps(ch.old)} -> {json.dumps(ch.new)}"
                             for ch in record.changes)
         return f"retune {changes}; restarting {', '.join(record.order)} in this order"
-    if isinstance(record, c.ResetResult):
+    if isinstance(record, ResetResult):
         return f"{record.server} was {record.was.value}: starting again"
     return str(record)

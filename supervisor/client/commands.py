@@ -19,10 +19,10 @@ import time
 from pathlib import Path
 from typing import Any, Callable, Sequence
 
-from supervisor.control.client import (ControlClient, ControlProtocolError, ControlRefused,
+from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
                                        ControlUnreachable, default_socket_path)
-from supervisor.control.codec import dumps
-from supervisor.control.text import report, result_text
+from supervisor.contract.codec import dumps
+from supervisor.client.text import report, result_text
 
 EXIT_OK, EXIT_REFUSED, EXIT_USAGE, EXIT_UNREACHABLE, EXIT_PROTOCOL = 0, 1, 2, 69, 76
 PROG = "dflash-supervisor"
@@ -56,7 +56,7 @@ def _fail(exc: Exception) -> int:
 def status_main(args: argparse.Namespace) -> int:
     sockets = args.socket or []
     if len(sockets) > 1:
-        from supervisor.control.fleet_status import fleet_status_main
+        from supervisor.client.fleet_status import fleet_status_main
         return fleet_status_main(args)
     path = socket_for(sockets[0] if sockets else None, args.state)
     with ControlClient(path, timeout_s=5.0) as client:

@@ -1,5 +1,6 @@
-"""Builds the contract's Status from the running job: the dispatcher's windows, the fleet's
-servers, the GPU sampler, the uploader and one cheap store query (the counts)."""
+"""The contract's Status from the job's own: the dispatcher's windows, the fleet's servers,
+the GPU sampler, the uploader and one cheap store query (the counts). The daemon's side of the
+contract: clients read the records, only the job builds them."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
-from state.records import Event as StoreEvent
 from supervisor.config import JobConfig
-from supervisor.control import contract as c
+from supervisor.contract import status as c
+from supervisor.contract.status import flag_value
 from supervisor.gpu.energy import POWER, UNAVAILABLE, EnergySnapshot
 from supervisor.gpu.snapshot import GpuTelemetry
 from supervisor.job.status import JobStatus
@@ -21,31 +22,8 @@ class FlagSource(Protocol):
     def flags(self, name: str) -> dict[str, Any]: ...
 
 
-def flag_value(value: Any) -> c.FlagValue:
-    if isinstance(value, (bool, int, float, str)):
-        return value
-    if isinstance(value, (list, tuple)):
-        return tuple(v if isinstance(v, (bool, int, float, str)) else str(v) for v in value)
-    return str(value)
-
-
 def flags_of(flags: Mapping[str, Any]) -> tuple[c.Flag, ...]:
     return tuple(c.Flag(k, flag_value(v)) for k, v in flags.items())
-
-
-def event_of(e: StoreEvent) -> c.Event:
-    import json
-
-    caller = None
-    raw = e.detail.get("caller") if isinstance(e.detail, dict) else None
-    if isinstance(raw, dict):
-        try:
-            caller = c.Caller.from_plain(raw)
-        except c.ContractError:
-            caller = None
-    return c.Event(id=e.id, time=e.time, kind=e.kind, subject=e.subject, actor=e.actor,
-                   detail_json=json.dumps(e.detail, ensure_ascii=False, default=str),
-                   caller=caller)
 
 
 def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
@@ -129,8 +107,6 @@ def context_length(config: JobConfig) -> int | None:
 def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                  histogram: tuple[tuple[int, ...], tuple[int, ...], int],
                  flags: FlagSource | None = None,
-                 throughput: tuple[c.ThroughputPoint, ...] = (),
-                 events: tuple[c.Event, ...] = (),
                  requeueable_truncated: int | None = None,
                  truncated: int | None = None) -> c.Status:
     d = js.dispatch
@@ -161,6 +137,6 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
         gpus=_gpus(js.gpu, servers), uploads=_uploads(js.uploads),
         output_lengths=c.Histogram(edges=edges, counts=counts, samples=samples,
                                    max_tokens=d.max_tokens),
-        throughput=throughput, recent_events=events, energy=_energy(js.energy),
+        energy=_energy(js.energy),
         partition=str(config.job.partition) if config.job.partition is not None else None,
         stopping=js.stopping, last_reload=js.last_reload)

@@ -19,14 +19,13 @@ from typing import Any, AsyncIterator, Iterator, TypeVar
 import httpcore
 import httpx
 
-from supervisor.control.codec import ContractError, to_plain
-from supervisor.control.contract import (Event, FlagSetting, FlagValue, LogTail,
-                                         MaxTokensRequest, MaxTokensResult, PauseRequest,
-                                         PauseResult, RequeueFailedRequest, RequeueResult,
-                                         RequeueTruncatedRequest,
-                                         ResetResult, RestartRequest, RestartResult,
-                                         ResumeResult, RetuneRequest, RetuneResult, Status,
-                                         StreamItem, parse_stream_line)
+from supervisor.contract.codec import ContractError, to_plain
+from supervisor.contract.status import Event, FlagValue, Status, StreamItem, parse_stream_line
+from supervisor.contract.actions import (FlagSetting, LogTail, MaxTokensRequest, MaxTokensResult,
+                                         PauseRequest, PauseResult, RequeueFailedRequest,
+                                         RequeueResult, RequeueTruncatedRequest, ResetResult,
+                                         RestartRequest, RestartResult, ResumeResult,
+                                         RetuneRequest, RetuneResult)
 
 T = TypeVar("T")
 

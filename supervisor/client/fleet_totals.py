@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from supervisor.control.contract import ServerState, Status
+from supervisor.contract.status import ServerState, Status
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,4 @@
-"""The status contract: everything the control socket serves and every client reads.
+"""The status snapshot: every record `GET /v1/status` serves and `/v1/events` streams.
 
 Standard library only, so `dflash-tui`, scripts and `dflash-supervisor status` can read it
 without the daemon's dependencies. Every record is a frozen dataclass with typed fields (no
@@ -10,20 +10,6 @@ they do not know, so an older client reads a newer daemon's snapshot and the rev
 
 Units: times are unix seconds (float), durations seconds, sizes bytes, rates per second,
 token counts output (completion) tokens. None means "unknown / not available", never 0.
-
-Paths on the socket (all JSON; errors are `ErrorBody` with a 4xx status):
-    GET  /v1/status                       -> Status
-    GET  /v1/events[?since=ID]            -> NDJSON lines: StreamItem (see below)
-    GET  /v1/servers/{name}/log?lines=N   -> LogTail
-    POST /v1/max-tokens                   MaxTokensRequest      -> MaxTokensResult
-    POST /v1/requeue-truncated            RequeueTruncatedRequest -> RequeueResult
-    POST /v1/requeue-failed               RequeueFailedRequest  -> RequeueResult
-    POST /v1/pause                        PauseRequest          -> PauseResult
-    POST /v1/resume                       {}                    -> ResumeResult
-    POST /v1/restart                      RestartRequest        -> RestartResult
-    POST /v1/retune                       RetuneRequest         -> RetuneResult
-    POST /v1/servers/{name}/reset         {}                    -> ResetResult
-    GET  /metrics                         Prometheus text (not part of this contract)
 """
 
 from __future__ import annotations
@@ -33,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from supervisor.control.codec import ContractError, Record, dumps, from_plain
+from supervisor.contract.codec import ContractError, Record, dumps, from_plain
 
 __all__ = ["SCHEMA_VERSION", "ContractError"]
 
@@ -43,6 +29,15 @@ SCHEMA_VERSION = 1
 # is repeated values: --cuda-graph-bs 1 2 4 8).
 FlagScalar = str | int | float | bool
 FlagValue = FlagScalar | tuple[FlagScalar, ...]
+
+
+def flag_value(value: object) -> FlagValue:
+    """A flag's value from the config (TOML gives lists; anything else odd becomes text)."""
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return tuple(v if isinstance(v, (bool, int, float, str)) else str(v) for v in value)
+    return str(value)
 
 
 class ServerState(StrEnum):
@@ -352,125 +347,3 @@ def parse_stream_line(line: str | bytes) -> StreamItem:
     if cls is Status:
         return Status.from_plain(data.get("data"))
     return from_plain(cls, data.get("data"), data["type"])
-
-
-# -- the server's log -------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class LogTail(Record):
-    server: str
-    path: str
-    lines: tuple[str, ...]
-
-
-# -- actions: requests and answers ------------------------------------------------------------
-
-@dataclass(frozen=True)
-class MaxTokensRequest(Record):
-    value: int
-    requeue_truncated: bool = False   # also re-run what was truncated under a lower limit
-
-
-@dataclass(frozen=True)
-class MaxTokensResult(Record):
-    old: int
-    new: int
-    requeued: int | None         # prompts requeued, when asked
-
-
-@dataclass(frozen=True)
-class RequeueTruncatedRequest(Record):
-    # Degenerate loops (truncated answers repeating themselves) stay unless asked: they
-    # would loop again at the new limit, at its cost.
-    include_loops: bool = False
-
-
-@dataclass(frozen=True)
-class RequeueFailedRequest(Record):
-    reason_like: str | None = None   # only failures whose error contains this text
-
-
-@dataclass(frozen=True)
-class RequeueResult(Record):
-    what: str                    # "truncated" or "failed"
-    count: int                   # prompts back to pending
-    below_max_tokens: int | None = None   # truncated under a limit lower than this
-    loops_left: int | None = None  # truncated degenerate loops left alone (truncated only)
-
-
-@dataclass(frozen=True)
-class PauseRequest(Record):
-    reason: str
-
-
-@dataclass(frozen=True)
-class PauseResult(Record):
-    changed: bool                # False: the operator's pause already had this reason
-    reason: str
-    paused: tuple[PauseReason, ...]   # every pause in force now
-
-
-@dataclass(frozen=True)
-class ResumeResult(Record):
-    """Resume lifts the operator's pause and the quality gate's (the operator accepts or has
-    fixed the cause); a disk pause lifts itself when space comes back."""
-    lifted: tuple[PauseReason, ...]   # empty: nothing an operator can lift was in force
-    paused: tuple[PauseReason, ...]   # pauses still in force (disk...)
-
-    @property
-    def resumed(self) -> bool:
-        return bool(self.lifted)
-
-
-@dataclass(frozen=True)
-class RestartRequest(Record):
-    server: str | None = None    # None: every server, one at a time
-
-
-@dataclass(frozen=True)
-class RestartResult(Record):
-    """Accepted: the restart runs in the daemon; progress shows as server_state events."""
-    order: tuple[str, ...]       # servers restart in this order, each READY before the next
-    reason: str
-
-
-@dataclass(frozen=True)
-class FlagSetting(Record):
-    name: str
-    value: FlagValue | None      # None removes the flag
-
-
-@dataclass(frozen=True)
-class RetuneRequest(Record):
-    flags: tuple[FlagSetting, ...]
-    server: str | None = None    # None: every server (rolling)
-    add: bool = False            # allow flags the servers do not run with yet (typo guard)
-
-
-@dataclass(frozen=True)
-class FlagChange(Record):
-    name: str
-    old: FlagValue | None
-    new: FlagValue | None
-
-
-@dataclass(frozen=True)
-class RetuneResult(Record):
-    """Accepted: the rolling restart runs in the daemon and stops at the first server
-    that does not come back READY with the new flags."""
-    changes: tuple[FlagChange, ...]
-    order: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class ResetResult(Record):
-    server: str
-    was: ServerState             # FAILED; the server starts again with a clean history
-
-
-@dataclass(frozen=True)
-class ErrorBody(Record):
-    """Every 4xx/5xx answer: one line saying what was wrong."""
-    error: str
-    status: int = 400
-

@@ -10,11 +10,11 @@ import json
 import sys
 import time
 
-from supervisor.control.client import (ControlClient, ControlProtocolError, ControlRefused,
+from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
                                        ControlUnreachable)
-from supervisor.control.codec import dumps
-from supervisor.control.fleet_totals import FleetTotals, NodeRow
-from supervisor.control.text import duration
+from supervisor.contract.codec import dumps
+from supervisor.client.fleet_totals import FleetTotals, NodeRow
+from supervisor.client.text import duration
 
 EXIT_OK, EXIT_UNREACHABLE = 0, 69
 
