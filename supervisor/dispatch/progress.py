@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from supervisor.dispatch.error_breaker import BreakerSnapshot
 from supervisor.dispatch.metrics import CompletionRateWindow, RateSnapshot
 from supervisor.dispatch.quality import QualitySnapshot
 
@@ -39,4 +38,3 @@ class DispatchSnapshot:
     rates: RateSnapshot
     per_server: dict[str, RateSnapshot]
     quality: QualitySnapshot
-    breaker: BreakerSnapshot
