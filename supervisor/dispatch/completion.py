@@ -15,6 +15,7 @@ from typing import Any
 
 from state.records import Completion
 from supervisor.config import GenerationSection
+from supervisor.dispatch.context_refusal import is_context_refusal
 
 
 def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSection,
@@ -35,14 +36,18 @@ def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSect
 
 @dataclass(frozen=True)
 class Retryable:
-    """Try again (an attempt is counted): 5xx, an abort, an answer we cannot read."""
+    """Try again (an attempt is counted): 5xx, a 400 other than a context-length refusal,
+    an abort, an answer we cannot read, no answer in time. `kind` groups errors for the
+    circuit breaker ("HTTP 400", "HTTP 503", "timeout", ...)."""
     error: str
+    kind: str = "error"
 
 
 @dataclass(frozen=True)
 class Permanent:
-    """Never retry: SGLang refused the prompt itself (HTTP 400, e.g. longer than the context)."""
+    """Never retry: SGLang refused the prompt itself for its length (context_refusal.py)."""
     error: str
+    kind: str = "HTTP 400"
 
 
 # A generated answer is the store's own record (state/records.py), so a Done carries it as is.
@@ -78,10 +83,15 @@ def _int(usage: dict[str, Any], key: str) -> int:
 
 
 def classify_response(status: int, text: str) -> Answer:
-    if status == 400:
-        return Permanent(_error_message(status, text))
     if status != 200:
-        return Retryable(_error_message(status, text))
+        message = _error_message(status, text)
+        # Only a refusal of this prompt's length is the prompt's fault. Every other 400
+        # (a chat-template error, a model name SGLang reads as a LoRA adapter, a sampling
+        # setting it rejects) is as likely to hit every prompt: an attempt is counted, and
+        # the circuit breaker (error_breaker.py) pauses dispatch when the errors pile up.
+        if status == 400 and is_context_refusal(message):
+            return Permanent(message, f"HTTP {status}")
+        return Retryable(message, f"HTTP {status}")
     try:
         data = json.loads(text)
         choice = data["choices"][0]
@@ -106,9 +116,10 @@ def classify_response(status: int, text: str) -> Answer:
             reasoning_tokens=reasoning_tokens)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         snippet = text.strip()[:200]
-        return Retryable(f"server answered nonsense ({type(exc).__name__}: {exc}): {snippet!r}")
+        return Retryable(f"server answered nonsense ({type(exc).__name__}: {exc}): {snippet!r}",
+                         "nonsense answer")
     if finish == "abort":
-        return Retryable("request aborted by the server (finish_reason abort)")
+        return Retryable("request aborted by the server (finish_reason abort)", "abort")
     if finish not in _DONE_REASONS:
-        return Retryable(f"server answered finish_reason {finish!r}")
+        return Retryable(f"server answered finish_reason {finish!r}", "finish_reason")
     return completion

@@ -27,6 +27,7 @@ from supervisor.config import JobConfig
 from supervisor.dispatch.bad_output_pause import BadOutputPause
 from supervisor.dispatch.completion import (Answer, Completion, Retryable, classify_response,
                                             request_body)
+from supervisor.dispatch.error_breaker import ErrorBreaker
 from supervisor.dispatch.length_eta import LengthEta
 from supervisor.dispatch.loop_detector import is_loop
 from supervisor.dispatch.metrics import CompletionRateWindow
@@ -45,6 +46,7 @@ log = logging.getLogger("supervisor.dispatch")
 GONE_GRACE_S = 3.0
 SETTING_MAX_TOKENS = "max_tokens"
 SETTING_OPERATOR_PAUSE = "operator_pause"
+BREAKER = "breaker"        # the pause key of the circuit breaker (error_breaker.py)
 
 
 @dataclass
@@ -68,7 +70,10 @@ class Dispatcher:
         self.max_tokens = config.generation.max_tokens
         q = config.quality
         self.quality = QualityGate(q.window, q.min_samples, q.max_bad_rate,
-                                   q.max_truncation_rate, q.max_loop_rate)
+                                   q.max_truncation_rate, q.max_loop_rate,
+                                   q.max_thinking_truncated_rate)
+        d = config.dispatch
+        self.breaker = ErrorBreaker(d.breaker_window, d.breaker_min_samples, d.breaker_error_rate)
         self.started_at = clock()
         self.rates = CompletionRateWindow(q.metrics_window_s, self.started_at)
         self.lengths = LengthWindow()
@@ -150,7 +155,7 @@ class Dispatcher:
             rates=self.rates.snapshot(now),
             per_server={n: p.rates.snapshot(now) for n, p in self._progress.items()
                         if p.rates is not None},
-            quality=self.quality.snapshot())
+            quality=self.quality.snapshot(), breaker=self.breaker.snapshot())
 
     @property
     def paused(self) -> bool:
@@ -189,6 +194,12 @@ class Dispatcher:
         self.quality.min_samples = q.min_samples
         self.quality.max_bad_rate = q.max_bad_rate
         self.quality.max_truncation_rate = q.max_truncation_rate
+        self.quality.max_loop_rate = q.max_loop_rate
+        self.quality.max_thinking_truncated_rate = q.max_thinking_truncated_rate
+        d = config.dispatch
+        self.breaker.window = d.breaker_window
+        self.breaker.min_samples = d.breaker_min_samples
+        self.breaker.max_error_rate = d.breaker_error_rate
         self._bad_output.thinking = config.generation.enable_thinking
         self.poke()
 
@@ -221,6 +232,9 @@ class Dispatcher:
             # Resuming after a quality pause means the operator fixed (or accepts) the cause;
             # the old window would trip the gate again at the very next completion.
             self.quality.reset()
+        if key == BREAKER:
+            # The same for the breaker: its window is full of the errors that opened it.
+            self.breaker.reset()
         log.info("dispatch resumed (%s)", key)
         await self.astore.call(Store.add_event, "resumed", key, {"was": reason}, actor,
                                self.clock())
@@ -336,8 +350,9 @@ class Dispatcher:
         async with recv:
             async for prompt in recv:
                 serving.wake.set()     # a buffer slot freed: the feeder may refill
-                if self._stopping:
-                    # Buffered but not sent: back to pending, never started during a stop.
+                if self._stopping or self._paused:
+                    # Buffered but not sent: back to pending, never started during a stop
+                    # or a pause (one the breaker opened would only fail again).
                     # (Leaving `claimed` and submitting with no await between, as in _one.)
                     del serving.claimed[prompt.id]
                     self._recorder.submit([Requeue(prompt.id)])
@@ -372,7 +387,8 @@ class Dispatcher:
                 headers={"content-type": "application/json"}, timeout=timeout)
             answer = classify_response(resp.status_code, resp.text)
         except httpx.TimeoutException as exc:
-            answer = Retryable(f"no answer within {timeout:g} s ({type(exc).__name__})")
+            answer = Retryable(f"no answer within {timeout:g} s ({type(exc).__name__})",
+                               "timeout")
         except httpx.TransportError as exc:
             answer = None
             gone = f"{type(exc).__name__}: {exc}"
@@ -381,7 +397,7 @@ class Dispatcher:
             self._requests.pop(prompt.id, None)
         if gone is not None:
             await anyio.sleep(self.gone_grace_s)   # cancelled here if the server really went away
-            answer = Retryable(f"connection to {endpoint.name} failed: {gone}")
+            answer = Retryable(f"connection to {endpoint.name} failed: {gone}", "connection")
         finished = self.clock()
         outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started, finished)
         # No await between leaving `claimed` and submitting: a cancellation can never see
@@ -404,12 +420,35 @@ class Dispatcher:
             assert p.rates is not None
             p.rates.add(finished, 1, answer.completion_tokens)
             self._bad_output.observe(answer, loop)
+            self.breaker.observe_ok()
         else:
             p.errors += 1
             p.last_error = answer.error
+            if self._breaker_holds(answer):
+                # The breaker is open (or opened on this answer): the fault is the job's
+                # setting or its servers, not this prompt. Back to pending, no attempt
+                # counted, so nothing is failed while an operator looks.
+                return Requeue(prompt.id)
         return outcome_of(prompt, answer, server=server, model=self.config.job.model,
                           max_tokens=max_tokens, max_attempts=self.config.dispatch.max_attempts,
                           started=started, finished=finished, loop=loop)
+
+    def _breaker_holds(self, answer: Answer) -> bool:
+        """Feed one error to the breaker; true while it is open."""
+        assert not isinstance(answer, Completion)
+        reason = self.breaker.observe_error(answer.kind, answer.error)
+        if reason is not None and BREAKER not in self._paused:
+            self._paused[BREAKER] = reason
+            trip = self.breaker.trip
+            assert trip is not None
+            log.error("dispatch paused: %s", reason)
+            # The event names the error and carries one whole message, so an operator sees
+            # what to fix without reading the server logs.
+            self._event("paused", BREAKER, {"reason": reason, "error": trip.kind,
+                                            "sample": trip.sample, "errors": trip.counts},
+                        "supervisor")
+            self.poke()
+        return self.breaker.open
 
     def _paused_on_bad_output(self, reason: str, problems: tuple[str, ...]) -> None:
         self._event("paused", "quality", {"reason": reason, "problems": list(problems)},

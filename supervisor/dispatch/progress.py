@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from supervisor.dispatch.error_breaker import BreakerSnapshot
 from supervisor.dispatch.metrics import CompletionRateWindow, RateSnapshot
 from supervisor.dispatch.quality import QualitySnapshot
 
@@ -38,3 +39,4 @@ class DispatchSnapshot:
     rates: RateSnapshot
     per_server: dict[str, RateSnapshot]
     quality: QualitySnapshot
+    breaker: BreakerSnapshot
