@@ -33,8 +33,8 @@ What SGLang 0.5.23 needs from the files, and where it says so:
   templates, or SGLang would use that instead of ours
   (sglang/srt/parser/conversation.py, get_conv_template_by_model_path).
 
-Needs torch, transformers and tokenizers; run `python -m tests.gpu.tiny_qwen3 DIR` to
-build one by hand.
+Needs torch, transformers and tokenizers; `python -m tests.gpu.tiny_qwen3 DIR` builds one
+(the GPU test does, in a child process, and reads the chain back with `TinyModel.load`).
 """
 
 from __future__ import annotations
@@ -64,6 +64,7 @@ SPLIT_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}|"
 # Logit of the planted next token is about CHAIN_GAIN * sqrt(HIDDEN) = 64; the others stay
 # within a few units of 0, so sampling at any usual temperature follows the chain.
 CHAIN_GAIN = 4.0
+CHAIN_FILE = "tiny_model.json"
 
 # Qwen3's chat template without the tool-calling branches; the generation prompt (the part
 # SGLang's detection reads) is verbatim.
@@ -113,6 +114,17 @@ class TinyModel:
     def full_tokens(self) -> int:
         """Tokens of a whole thinking-on answer, <|im_end|> included."""
         return len(self.chain_ids)
+
+    def save(self) -> None:
+        """Beside the weights, for a test that built the model in another process."""
+        (self.path / CHAIN_FILE).write_text(json.dumps(
+            {"chain_ids": list(self.chain_ids), "im_end_id": self.im_end_id,
+             "tokenizer_size": self.tokenizer_size}))
+
+    @classmethod
+    def load(cls, path: Path) -> TinyModel:
+        data = json.loads((path / CHAIN_FILE).read_text())
+        return cls(path, tuple(data["chain_ids"]), data["im_end_id"], data["tokenizer_size"])
 
     def expected(self, max_tokens: int) -> Expected:
         """The parsed answer to any prompt with thinking on, cut at `max_tokens`: the qwen3
@@ -234,7 +246,9 @@ def build_tiny_qwen3(directory: Path, seed: int = 0) -> TinyModel:
     GenerationConfig(bos_token_id=eot, eos_token_id=[im_end, eot], pad_token_id=eot,
                      do_sample=True, temperature=0.6, top_p=0.95).save_pretrained(directory)
     _check_config(directory)
-    return TinyModel(directory, tuple(chain), im_end, size)
+    built = TinyModel(directory, tuple(chain), im_end, size)
+    built.save()
+    return built
 
 
 def _check_config(directory: Path) -> None:

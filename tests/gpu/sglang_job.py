@@ -1,0 +1,176 @@
+"""A whole job on real SGLang for the GPU test: the tiny model built in a child process, the
+job's TOML, the daemon as a real process, and the daemon's own CLI (`status --json`, `ctl`)
+to watch and steer it, as an operator's script would."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from supervisor.demo.prompts import write_demo_prompts
+from supervisor.free_ports import free_base_port
+from tests.fixtures import REPO
+from tests.fixtures.job_toml import write_toml
+from tests.gpu.tiny_qwen3 import TinyModel
+
+SHARED_GPU = Path(__file__).with_name("shared_gpu.py")
+MODEL_DIR = "tiny-think-model"        # named unlike any of SGLang's built-in templates
+
+# SGLang 0.5.23 flags, each checked in its server args (sglang/srt/arg_groups/fields/ and
+# sglang/srt/server_args.py). CUDA graphs off in both phases: capture would cost more than
+# this test's whole generation. Sampling on the pytorch backend: flashinfer's sampling
+# kernels are JIT-built on first use, which needs a compiler and time. max-total-tokens caps
+# each server's KV pool: SGLang sizes the pool from the free memory it measured before
+# loading (sglang/srt/mem_cache/kv_cache_configurator.py, _profile_available_bytes), so
+# two servers starting together on one GPU would otherwise count each other's pool twice.
+SGLANG_FLAGS: dict[str, Any] = {
+    "mem-fraction-static": 0.3,
+    "max-total-tokens": 65536,
+    "max-running-requests": 8,
+    "context-length": 2048,
+    "reasoning-parser": "qwen3",
+    "enable-metrics": True,
+    "cuda-graph-backend-decode": "disabled",
+    "cuda-graph-backend-prefill": "disabled",
+    "sampling-backend": "pytorch",
+}
+
+
+def missing_for_gpu_test() -> str | None:
+    """Why the GPU test cannot run here, or None. Cheap: nothing heavy is imported."""
+    missing = [m for m in ("torch", "transformers", "tokenizers", "sglang")
+               if importlib.util.find_spec(m) is None]
+    if missing:
+        return f"not installed: {', '.join(missing)} (see tests/gpu/README.md)"
+    from supervisor.gpu.nvml_source import node_gpu_count
+    if not node_gpu_count():
+        return "no NVIDIA GPU (NVML reports none)"
+    return None
+
+
+def build_model(directory: Path, timeout_s: float = 120.0) -> TinyModel:
+    """Built in a child process: torch and transformers stay out of the test's process."""
+    path = directory / MODEL_DIR
+    out = subprocess.run([sys.executable, "-m", "tests.gpu.tiny_qwen3", str(path)], cwd=REPO,
+                         capture_output=True, text=True, timeout=timeout_s,
+                         stdin=subprocess.DEVNULL)
+    if out.returncode != 0:
+        raise AssertionError(f"building the tiny model failed: {out.stderr[-3000:]}")
+    return TinyModel.load(path)
+
+
+def job_config(directory: Path, model: TinyModel, *, prompts: int,
+               max_tokens: int) -> dict[str, Any]:
+    prompts_file = directory / "prompts.jsonl"
+    write_demo_prompts(prompts_file, prompts)
+    return {
+        "job": {"prompts": str(prompts_file), "state": "job.db", "output": "shards",
+                "shard_size": 100, "model": MODEL_DIR},
+        "generation": {"max_tokens": max_tokens, "temperature": 0.6, "top_p": 0.95,
+                       "enable_thinking": True},
+        "servers": {
+            "gpus": [0, 1], "base_port": free_base_port(2), "model_path": str(model.path),
+            "command": [sys.executable, str(SHARED_GPU), "launch", "-m", "sglang.launch_server"],
+            "startup_timeout_s": 300.0, "health_interval_s": 1.0, "health_timeout_s": 10.0,
+            "hang_timeout_s": 120.0, "stop_grace_s": 20.0, "drain_timeout_s": 30.0,
+            "backoff_initial_s": 1.0, "backoff_max_s": 5.0, "max_failures": 5,
+            "failure_window_s": 600.0, "flags": dict(SGLANG_FLAGS)},
+        "dispatch": {"request_timeout_s": 120.0},
+        "control": {"socket": str(directory / "control.sock"), "interval_s": 0.5},
+        "uploads": {},
+    }
+
+
+def cli_argv() -> list[str]:
+    """`dflash-supervisor` as installed beside this Python, else the same main by module."""
+    script = Path(sys.executable).with_name("dflash-supervisor")
+    return [str(script)] if script.exists() else [sys.executable, "-m", "supervisor"]
+
+
+@dataclass
+class RealJob:
+    directory: Path
+    proc: subprocess.Popen[bytes]
+    socket: str
+
+    @property
+    def log_path(self) -> Path:
+        return self.directory / "daemon.log"
+
+    def log_tail(self, chars: int = 4000) -> str:
+        text = self.log_path.read_text(errors="replace")
+        logs = sorted((self.directory / "logs").glob("*.log"))
+        for path in logs:
+            text += f"\n--- {path.name} ---\n" + path.read_text(errors="replace")[-chars:]
+        return text[-3 * chars:]
+
+    def cli(self, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([*cli_argv(), *args], capture_output=True, text=True,
+                              timeout=timeout_s, stdin=subprocess.DEVNULL)
+
+    def ctl(self, *args: str) -> str:
+        out = self.cli("ctl", "--socket", self.socket, *args)
+        if out.returncode != 0:
+            raise AssertionError(f"ctl {' '.join(args)} exited {out.returncode}: {out.stderr}")
+        return out.stdout
+
+    def status(self) -> dict[str, Any] | None:
+        """`status --json` as plain data; None while no daemon answers."""
+        out = self.cli("status", "--json", "--socket", self.socket)
+        if out.returncode != 0:
+            return None
+        return json.loads(out.stdout)
+
+    def wait(self, condition: Callable[[dict[str, Any]], bool], what: str,
+             timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        last: dict[str, Any] | None = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"the daemon exited {self.proc.returncode} while waiting "
+                                     f"for {what}:\n{self.log_tail()}")
+            s = self.status()
+            if s is not None:
+                last = s
+                if condition(s):
+                    return s
+            time.sleep(0.5)
+        servers = [(x["name"], x["state"], x["state_reason"]) for x in (last or {}).get(
+            "servers", [])]
+        raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}; servers "
+                             f"{servers}; job {(last or {}).get('job')}\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+
+
+def start_job(directory: Path, data: dict[str, Any]) -> RealJob:
+    toml = write_toml(directory / "job.toml", data)
+    with open(directory / "daemon.log", "ab") as log:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.gpu.shared_gpu", "daemon", "run", "--config",
+             str(toml)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL, start_new_session=True)
+    return RealJob(directory, proc, data["control"]["socket"])
+
+
+def server(status: dict[str, Any], name: str) -> dict[str, Any]:
+    return next(s for s in status["servers"] if s["name"] == name)
+
+
+def in_flight(status: dict[str, Any]) -> int:
+    return sum(s["in_flight"] for s in status["servers"])
