@@ -126,11 +126,42 @@ class Quality(Record):
     looping_total: int | None = None
     # Truncated and not looping: merely long, worth a re-run at a higher limit.
     long_rate: float | None = None
+    # Truncated split by where the cut fell: inside the thinking (content empty, all text in
+    # reasoning: no answer at all) or in the answer. They add up to truncation_rate.
+    thinking_truncated_rate: float | None = None
+    answer_truncated_rate: float | None = None
+    thinking_truncated_total: int | None = None
+    # The share of thinking-truncated answers that pauses dispatch (1: never).
+    max_thinking_truncated_rate: float | None = None
+
+
+@dataclass(frozen=True)
+class ErrorCount(Record):
+    kind: str                    # "HTTP 400", "HTTP 503", "timeout", "connection", ...
+    count: int
+
+
+@dataclass(frozen=True)
+class Breaker(Record):
+    """The circuit breaker over the last `window` requests' answers: when more than
+    `threshold` of them were errors it opens and pauses dispatch (source "breaker") until
+    an operator resumes. Errors while it is open send their prompt back to pending."""
+    window: int                  # answers the rate looks at (at most)
+    samples: int                 # answers in the window now
+    error_rate: float            # 0..1
+    threshold: float             # dispatch.breaker_error_rate
+    errors: tuple[ErrorCount, ...]   # errors in the window, by kind
+    requests_total: int          # answers since the daemon started
+    errors_total: int
+    tripped: str | None = None   # why it is open ("95% of the last 200 requests failed ...")
+    tripped_error: str | None = None   # the kind of error that opened it
+    sample: str | None = None    # one whole message of that error
+    last_error: str | None = None      # the newest error message in the window
 
 
 @dataclass(frozen=True)
 class PauseReason(Record):
-    source: str                  # operator, quality, disk, ... (each is lifted on its own)
+    source: str                  # operator, quality, breaker, disk, ... (each lifted on its own)
     reason: str
 
 
@@ -184,6 +215,19 @@ class ServerStatus(Record):
     flags: tuple[Flag, ...]      # the SGLang flags it runs (or will start) with
     argv: tuple[str, ...]
     tokens_per_joule: float | None = None
+    # SGLang's own /metrics, read while READY when it runs with --enable-metrics
+    # (sglang_metrics False: not read; a figure None: SGLang gave none, or the read failed).
+    sglang_metrics: bool = False
+    sglang_running: int | None = None        # requests it is running (all dp ranks)
+    sglang_queued: int | None = None         # requests waiting in its queue
+    token_usage: float | None = None         # KV cache used, 0..1 (the fullest rank)
+    retractions: int | None = None           # requests it retracted since it started
+    retractions_per_s: float | None = None   # over the last poll interval
+    gen_throughput: float | None = None      # SGLang's live generation tokens/s
+    sglang_error: str | None = None          # why the last read gave nothing
+    # It queues or retracts what we send: our in-flight limit is more than it can run.
+    overcommitted: bool = False
+    overcommit_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -296,6 +340,7 @@ class Status(Record):
     stopping: str | None = None    # a graceful stop in progress ("draining: 12 requests in
                                    # flight, 87 s of grace left"); None while running
     last_reload: str | None = None  # the last config reload's outcome (applied / refused)
+    breaker: Breaker | None = None  # None: a daemon from before the breaker
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Status:

@@ -73,6 +73,19 @@ class _StatusCollector(Collector):
         yield restarts
         yield from self._gauges(s)
 
+    def _breaker(self, b: c.Breaker | None) -> Iterator[Metric]:
+        if b is None:
+            return
+        yield GaugeMetricFamily("dflash_breaker_open", "1 while the circuit breaker has "
+                                "paused dispatch on request errors", value=1 if b.tripped else 0)
+        yield GaugeMetricFamily("dflash_breaker_error_ratio", "Share of the recent requests' "
+                                "answers that were errors", value=b.error_rate)
+        errors = GaugeMetricFamily("dflash_breaker_window_errors", "Errors among the recent "
+                                   "requests, by kind", labels=["kind"])
+        for e in b.errors:
+            errors.add_metric([e.kind], e.count)
+        yield errors
+
     def _gauges(self, s: c.Status) -> Iterator[Metric]:
         def gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
             if value is not None:
@@ -97,6 +110,12 @@ class _StatusCollector(Collector):
                          "truncated while looping (degenerate repetition)", s.quality.loop_rate)
         yield from gauge("dflash_truncation_long_ratio", "Share of recent completions "
                          "truncated without looping", s.quality.long_rate)
+        yield from gauge("dflash_truncation_thinking_ratio", "Share of recent completions cut "
+                         "off inside the thinking (empty content)",
+                         s.quality.thinking_truncated_rate)
+        yield from gauge("dflash_truncation_answer_ratio", "Share of recent completions cut "
+                         "off in the answer", s.quality.answer_truncated_rate)
+        yield from self._breaker(s.breaker)
         if s.energy is not None:
             yield from gauge("dflash_energy_kwh", "Energy the job's GPUs used so far",
                              s.energy.kwh_so_far)
@@ -120,6 +139,7 @@ class _StatusCollector(Collector):
         for srv in s.servers:
             in_flight.add_metric([srv.name], srv.in_flight)
         yield in_flight
+        yield from self._sglang(s)
         states = GaugeMetricFamily("dflash_servers", "Servers by state", labels=["state"])
         for st in c.ServerState:
             states.add_metric([st.value], by_state.get(st.value, 0))
@@ -151,6 +171,43 @@ class _StatusCollector(Collector):
                              s.uploads.consecutive_failures)
             yield from gauge("dflash_uploads_stopped", "1 when uploads stopped",
                              1 if s.uploads.stopped else 0)
+
+
+    @staticmethod
+    def _sglang(s: c.Status) -> Iterator[Metric]:
+        """Per server, SGLang's own figures (read from its /metrics with --enable-metrics;
+        a server without a figure has no sample) and the over-commit flag."""
+        figures = (
+            ("dflash_server_sglang_running_requests", "Requests SGLang is running",
+             "sglang_running"),
+            ("dflash_server_sglang_queued_requests", "Requests waiting in SGLang's queue",
+             "sglang_queued"),
+            ("dflash_server_kv_cache_usage_ratio", "SGLang's KV cache usage (0..1)",
+             "token_usage"),
+            ("dflash_server_sglang_retractions_per_second", "Requests SGLang retracted per "
+             "second over the last poll", "retractions_per_s"),
+            ("dflash_server_sglang_generation_tokens_per_second", "SGLang's live generation "
+             "throughput", "gen_throughput"),
+        )
+        for name, doc, attr in figures:
+            family = GaugeMetricFamily(name, doc, labels=["server"])
+            for srv in s.servers:
+                value = getattr(srv, attr)
+                if value is not None:
+                    family.add_metric([srv.name], value)
+            yield family
+        retractions = CounterMetricFamily("dflash_server_sglang_retractions", "Requests SGLang "
+                                          "retracted since the server started (KV cache full)",
+                                          labels=["server"])
+        for srv in s.servers:
+            if srv.retractions is not None:
+                retractions.add_metric([srv.name], srv.retractions)
+        yield retractions
+        over = GaugeMetricFamily("dflash_server_overcommitted", "1 while SGLang queues or "
+                                 "retracts what we send to this server", labels=["server"])
+        for srv in s.servers:
+            over.add_metric([srv.name], 1 if srv.overcommitted else 0)
+        yield over
 
 
 def render(s: c.Status, totals: tuple[int, int], causes: RestartCauses,

@@ -11,10 +11,12 @@ from typing import Any, Protocol
 from supervisor.config import JobConfig
 from supervisor.contract import status as c
 from supervisor.contract.status import flag_value
+from supervisor.dispatch.error_breaker import BreakerSnapshot
 from supervisor.gpu.energy import POWER, UNAVAILABLE, EnergySnapshot
 from supervisor.gpu.snapshot import GpuTelemetry
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerSnapshot
+from supervisor.servers.sglang_view import SglangView
 from supervisor.uploads.upload_status import UploadStatus
 
 
@@ -43,7 +45,19 @@ def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
         failures_in_window=s.failures_in_window, last_exit_reason=s.last_exit_reason,
         flags=server_flags, argv=tuple(s.argv),
         tokens_per_joule=next((e.tokens_per_joule for e in (energy.servers if energy else ())
-                               if e.server == s.name), None))
+                               if e.server == s.name), None),
+        **_sglang(s.sglang))
+
+
+def _sglang(v: SglangView) -> dict[str, Any]:
+    """The contract's sglang_* fields from the server's view of its own /metrics."""
+    return dict(
+        sglang_metrics=v.polled, sglang_running=v.running, sglang_queued=v.queued,
+        token_usage=v.token_usage,
+        retractions=None if v.retractions_total is None else int(v.retractions_total),
+        retractions_per_s=None if v.retractions_per_min is None else v.retractions_per_min / 60,
+        gen_throughput=v.gen_throughput, sglang_error=v.error,
+        overcommitted=v.overcommitted, overcommit_reason=v.overcommit_reason)
 
 
 def _gpus(t: GpuTelemetry | None, servers: Iterable[ServerSnapshot]) -> c.Gpus:
@@ -131,7 +145,11 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
             problems=tuple(c.ProblemCount(k, v) for k, v in sorted(q.problems.items())),
             checked_total=q.checked_total, bad_total=q.bad_total,
             truncated_total=q.truncated_total, tripped=q.tripped, loop_rate=q.loop_rate,
-            looping_total=q.loop_total, long_rate=q.long_rate),
+            looping_total=q.loop_total, long_rate=q.long_rate,
+            thinking_truncated_rate=q.thinking_truncated_rate,
+            answer_truncated_rate=q.answer_truncated_rate,
+            thinking_truncated_total=q.thinking_truncated_total,
+            max_thinking_truncated_rate=config.quality.max_thinking_truncated_rate),
         paused=tuple(c.PauseReason(k, v) for k, v in d.paused.items()),
         servers=tuple(_server(s, js.time, d.per_server, flags, js.energy) for s in servers),
         gpus=_gpus(js.gpu, servers), uploads=_uploads(js.uploads),
@@ -139,4 +157,13 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                                    max_tokens=d.max_tokens),
         energy=_energy(js.energy),
         partition=str(config.job.partition) if config.job.partition is not None else None,
-        stopping=js.stopping, last_reload=js.last_reload)
+        stopping=js.stopping, last_reload=js.last_reload, breaker=_breaker(d.breaker, config))
+
+
+def _breaker(b: BreakerSnapshot, config: JobConfig) -> c.Breaker:
+    return c.Breaker(
+        window=config.dispatch.breaker_window, samples=b.samples, error_rate=b.error_rate,
+        threshold=config.dispatch.breaker_error_rate,
+        errors=tuple(c.ErrorCount(k, v) for k, v in sorted(b.errors_by_kind.items())),
+        requests_total=b.requests_total, errors_total=b.errors_total, tripped=b.tripped,
+        tripped_error=b.tripped_kind, sample=b.tripped_sample, last_error=b.last_error)

@@ -128,6 +128,7 @@ class ManagedServer:
             argv=self._argv if self._proc is not None and self._argv else self.spec.argv,
             state_reason=self.state_reason,
             failures_in_window=self.policy.failures_in_window(self.ctx.monotonic()),
+            sglang=self.sglang.view,
         )
 
     def _progress(self) -> Any:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from supervisor.contract.status import ServerState
+from supervisor.servers.sglang_view import SglangView
 
 __all__ = ["ALLOWED_TRANSITIONS", "IllegalTransition", "ServerSnapshot", "ServerState",
            "check_transition"]
@@ -61,3 +62,4 @@ class ServerSnapshot:
     # Why the server is in its state ("oom: ... ; restarting in 20 s"), for the TUI.
     state_reason: str = ""
     failures_in_window: int = 0
+    sglang: SglangView = SglangView()     # SGLang's own /metrics and the over-commit flag

@@ -12,7 +12,7 @@ slows its polling down instead of piling up scrapes.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, Awaitable, Callable, Sequence
 
 import anyio
@@ -21,6 +21,7 @@ import httpx
 from supervisor.servers.overcommit import (Observation, OvercommitChange, OvercommitDetector,
                                            OvercommitPolicy)
 from supervisor.servers.sglang_metrics import Scrape, scrape
+from supervisor.servers.sglang_view import SglangView
 
 log = logging.getLogger("supervisor.servers")
 
@@ -30,24 +31,6 @@ METRICS_FLAG = "--enable-metrics"
 SCRAPE_TIMEOUT_S = 5.0
 
 EVENT_KIND = "server_overcommit"
-
-
-@dataclass(frozen=True)
-class SglangView:
-    """What the status shows of one server's SGLang metrics. `polled` False: not read
-    (no --enable-metrics, or not READY); a figure None: n/a."""
-
-    polled: bool = False
-    running: int | None = None
-    queued: int | None = None
-    token_usage: float | None = None
-    retractions_total: float | None = None
-    retractions_per_min: float | None = None   # over the last poll interval
-    gen_throughput: float | None = None
-    error: str | None = None                   # why the last scrape gave nothing
-    scraped_at: float | None = None            # unix seconds of the last good scrape
-    overcommitted: bool = False
-    overcommit_reason: str | None = None
 
 
 def metrics_enabled(argv: Sequence[str]) -> bool:

@@ -22,7 +22,13 @@ def server(i: int, state: ServerState = ServerState.READY, **changes: object) ->
         last_exit_reason="oom: CUDA out of memory" if i else None,
         flags=(Flag("mem-fraction-static", 0.88), Flag("max-running-requests", 64),
                Flag("enable-metrics", True), Flag("reasoning-parser", "qwen3")),
-        argv=("python", "-m", "sglang.launch_server", "--port", str(30000 + i)))
+        argv=("python", "-m", "sglang.launch_server", "--port", str(30000 + i)),
+        sglang_metrics=True, sglang_running=52 + i, sglang_queued=8 if i == 1 else 0,
+        token_usage=0.91, retractions=17 * i, retractions_per_s=0.25 * i,
+        gen_throughput=2210.5, sglang_error=None if i else "/metrics: HTTP 503",
+        overcommitted=i == 1,
+        overcommit_reason="queue held over 3 polls (8 -> 8 waiting) while running 53 of our "
+                          "61 in flight" if i == 1 else None)
     return replace(s, **changes)  # type: ignore[arg-type]
 
 

@@ -10,8 +10,13 @@ import logging
 from dataclasses import replace
 from pathlib import Path
 
+import anyio
+import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from supervisor.client.control_client import ControlClient
+from supervisor.contract.status import Status
 from supervisor.job.main_loop import Job
 
 from tests.fixtures.real_job import (SLOTS, assert_every_prompt_once, job_config, query, run_job,
@@ -21,6 +26,11 @@ from tests.fixtures.real_job import (SLOTS, assert_every_prompt_once, job_config
 def _events(cfg: object, kind: str) -> list[tuple[str, dict]]:
     return [(subject, json.loads(detail)) for subject, detail in query(
         cfg, "SELECT subject, detail FROM events WHERE kind = ? ORDER BY id", kind)]  # type: ignore[arg-type]
+
+
+def _status(sock: str) -> Status:
+    with ControlClient(sock) as client:
+        return client.status()
 
 
 async def test_a_server_sent_more_than_it_runs_is_flagged_over_committed(
@@ -37,6 +47,18 @@ async def test_a_server_sent_more_than_it_runs_is_flagged_over_committed(
         monitor = fleet.servers["gpu0"].sglang
         await wait_for(lambda: monitor.view.overcommitted, "the over-commit flag")
         seen["view"] = monitor.view
+        # What a client of the control socket reads while the flag is on.
+        sock = str(cfg.path(cfg.control.socket))
+        with anyio.fail_after(20):
+            while True:
+                status = await anyio.to_thread.run_sync(_status, sock)
+                if status.servers[0].overcommitted:
+                    break
+                await anyio.sleep(0.05)
+        seen["status"] = status
+        async with httpx.AsyncClient(transport=httpx.AsyncHTTPTransport(uds=sock),
+                                     trust_env=False) as client:
+            seen["metrics"] = (await client.get("http://daemon/metrics", timeout=10)).text
 
     job, result = await run_job(cfg, watch)
     assert_every_prompt_once(cfg, result, prompts)
@@ -46,6 +68,16 @@ async def test_a_server_sent_more_than_it_runs_is_flagged_over_committed(
     assert view.running is not None and view.running <= SLOTS       # type: ignore[attr-defined]
     assert "queue" in (view.overcommit_reason or "")                # type: ignore[attr-defined]
     assert f"of our {2 * SLOTS} in flight" in (view.overcommit_reason or "")  # type: ignore[attr-defined]
+
+    srv = seen["status"].servers[0]                                 # type: ignore[attr-defined]
+    assert srv.sglang_metrics and srv.overcommitted and "queue" in srv.overcommit_reason
+    assert srv.sglang_running is not None and srv.sglang_running <= SLOTS
+    assert srv.sglang_queued is not None and srv.sglang_queued > 0
+    assert srv.token_usage is not None and srv.gen_throughput is not None
+    families = {f.name: f for f in text_string_to_metric_families(seen["metrics"])}  # type: ignore[arg-type]
+    over = families["dflash_server_overcommitted"].samples
+    assert [(x.labels["server"], x.value) for x in over] == [("gpu0", 1.0)]
+    assert families["dflash_server_sglang_running_requests"].samples[0].value <= SLOTS
 
     events = _events(cfg, "server_overcommit")
     assert [(s, d["overcommitted"]) for s, d in events][:1] == [("gpu0", True)]

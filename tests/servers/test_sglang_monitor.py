@@ -13,7 +13,8 @@ import pytest
 
 from supervisor.servers.overcommit import OvercommitPolicy
 from supervisor.servers.sglang_metrics import Scrape, SglangMetrics
-from supervisor.servers.sglang_monitor import EVENT_KIND, SglangMonitor, SglangView
+from supervisor.servers.sglang_monitor import EVENT_KIND, SglangMonitor
+from supervisor.servers.sglang_view import SglangView
 
 POLICY = OvercommitPolicy(queue_polls=2, retraction_polls=2, retractions_per_min=10.0,
                           clear_polls=2)
