@@ -52,6 +52,9 @@ def describe(event: Event) -> str:
                 f"({d.get('done', '?')} done, {d.get('pending', '?')} pending)")
     if k == "recovered_in_flight":
         return f"{d.get('count', '?')} prompts in flight at the last stop went back to pending"
+    if k == "server_overcommit":
+        what = "over-committed" if d.get("overcommitted") else "no longer over-committed"
+        return f"{event.subject} {what}: {d.get('reason', '')}".rstrip(": ")
     if k == "orphan_stopped":
         return f"{event.subject}: stopped a server left by an earlier daemon"
     rest = json.dumps(d, ensure_ascii=False, separators=(", ", ": ")) if d else ""

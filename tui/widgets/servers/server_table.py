@@ -32,6 +32,40 @@ COLUMNS = (
 )
 
 
+# SGLang's own figures (its /metrics, with --enable-metrics), after "in fl": the column is
+# there only while some server has them, so a job without metrics keeps the narrower table.
+SGLANG_COLUMN = ("sglang", "sgl run/q kv")
+OVERCOMMIT_STYLE = "bold dark_orange"
+
+
+def columns_for(servers: tuple[ServerStatus, ...]) -> tuple[tuple[str, str], ...]:
+    if not any(s.sglang_metrics for s in servers):
+        return COLUMNS
+    at = [key for key, _ in COLUMNS].index("in_flight") + 1
+    return COLUMNS[:at] + (SGLANG_COLUMN,) + COLUMNS[at:]
+
+
+def sglang_cell(server: ServerStatus) -> Text | str:
+    """`52/8 91%`: SGLang running/queued and KV cache use; `↺12/m` when it retracts; the
+    whole cell in orange with `OVER` while it is over-committed; "n/a" where SGLang gave no
+    figure, "—" where its metrics are not read."""
+    if not server.sglang_metrics:
+        return "—"
+    if server.sglang_running is None and server.sglang_queued is None:
+        text = "n/a"
+    else:
+        def n(v: int | None) -> str:
+            return "?" if v is None else str(v)
+        text = f"{n(server.sglang_running)}/{n(server.sglang_queued)}"
+        text += " n/a" if server.token_usage is None else f" {100 * server.token_usage:.0f}%"
+    rate = server.retractions_per_s
+    if rate:
+        text += f" ↺{rate * 60:.0f}/m"
+    if server.overcommitted:
+        return Text(f"{text} OVER", style=OVERCOMMIT_STYLE)
+    return text
+
+
 # Where datacenter GPUs start to slow themselves down (H100/A100 throttle from about 85 °C).
 HOT_C = 85.0
 
@@ -73,6 +107,7 @@ def row_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> dict[str, Tex
         "server": server.name,
         "state": Text(server.state.value, style=STATE_STYLE.get(server.state, "")),
         "in_flight": f"{server.in_flight}/{server.max_running}",
+        "sglang": sglang_cell(server),
         "req_s": f"{server.req_per_s:.1f}",
         "power": power,
         "util": util,
@@ -122,6 +157,7 @@ class ServerTable(DataTable[Text | str]):
         super().__init__(cursor_type="row", zebra_stripes=True, **kwargs)  # type: ignore[arg-type]
         self.readonly = readonly
         self._reset_offered = False
+        self._columns = COLUMNS
         for key, heading in COLUMNS:
             self.add_column(heading, key=key)
 
@@ -138,20 +174,28 @@ class ServerTable(DataTable[Text | str]):
         gpus = {g.index: g for g in status.gpus.gpus} if status is not None else {}
         names = [s.name for s in servers]
         current = [str(k.value) for k in self.rows]
-        if names != current:
+        columns = columns_for(servers)
+        if names != current or columns != self._columns:
             # Servers come and go only at start or with a config change: rebuild, keeping
             # the cursor on the server it was on.
             selected = self.selected.name if self.selected else None
-            self.clear()
+            self.clear(columns=columns != self._columns)
+            if columns != self._columns:
+                self._columns = columns
+                for key, heading in columns:
+                    self.add_column(heading, key=key)
             for s in servers:
                 cells = row_cells(s, gpus)
-                self.add_row(*(cells[k] for k, _ in COLUMNS), key=s.name)
+                self.add_row(*(cells[k] for k, _ in columns), key=s.name)
             if selected in names:
                 self.move_cursor(row=names.index(selected), animate=False)
             self.styles.max_height = len(names) + 1   # the header and every row
         else:
+            shown = {key for key, _ in self._columns}
             for s in servers:
                 for key, value in row_cells(s, gpus).items():
+                    if key not in shown:
+                        continue
                     if self.get_cell(s.name, key) != value:
                         # update_width: a column grows with its values (uptime 9s -> 1h02m).
                         self.update_cell(s.name, key, value, update_width=True)
