@@ -13,10 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from state.schema import SCHEMA_VERSION, schema_version
-
-# Settings that say whose a state DB is (written at start, checked by a restore).
-PARTITION = "job_partition"            # "I/N", or "" for a single-node job
-PROMPTS_SHA256 = "prompts_sha256"      # SHA-256 of the prompt file's bytes
+from state.settings_keys import Setting
 
 
 class SnapshotError(RuntimeError):
@@ -62,12 +59,12 @@ def inspect(path: Path) -> SnapshotInfo:
             raise SnapshotError(f"{path}: schema version {version} is newer than this "
                                 f"supervisor's {SCHEMA_VERSION}")
         settings = dict(con.execute("SELECT key, value FROM settings WHERE key IN (?, ?)",
-                                    (PARTITION, PROMPTS_SHA256)).fetchall())
+                                    (Setting.JOB_PARTITION, Setting.PROMPTS_SHA256)).fetchall())
         counts = dict(con.execute("SELECT status, n FROM status_counts").fetchall())
     except sqlite3.DatabaseError as exc:
         raise SnapshotError(f"{path}: not a state DB ({exc})") from None
     finally:
         con.close()
-    partition = settings.get(PARTITION)
-    return SnapshotInfo(partition or None, settings.get(PROMPTS_SHA256), version,
+    partition = settings.get(Setting.JOB_PARTITION)
+    return SnapshotInfo(partition or None, settings.get(Setting.PROMPTS_SHA256), version,
                         sum(int(v) for v in counts.values()), int(counts.get("done", 0)))

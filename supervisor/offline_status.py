@@ -57,9 +57,9 @@ def main(state: str, events: int = 10) -> int:
 
 def _joules(store: Store) -> float:
     """What the daemon carried in the DB (settings energy_joules); 0 when none."""
-    from supervisor.job.energy_ledger import SETTING
+    from state.settings_keys import Setting
     try:
-        return float(store.get_setting(SETTING) or 0.0)
+        return float(store.get_setting(Setting.ENERGY_JOULES) or 0.0)
     except ValueError:
         return 0.0
 

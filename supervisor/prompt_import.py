@@ -292,7 +292,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"dflash-supervisor import: {problem}", file=sys.stderr)
         return 2
     from state.checked_open import StateDBError, open_checked
-    from supervisor.job.lock import JobLock, JobLocked
+    from state.job_lock import JobLock, JobLocked
     try:
         # The daemon is the DB's only writer: never import beside a running one.
         Path(args.state).parent.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,7 @@ from typing import Sequence
 
 def main(argv: Sequence[str] | None = None) -> int:
     from state.checked_open import StateDBError, open_checked
-    from supervisor.job.lock import JobLock, JobLocked
+    from state.job_lock import JobLock, JobLocked
 
     p = argparse.ArgumentParser(prog="dflash-supervisor requeue",
                                 description="Send failed prompts back to pending (audited).")

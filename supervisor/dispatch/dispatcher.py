@@ -22,6 +22,7 @@ import anyio
 import httpx
 
 from state.records import ClaimedPrompt, Outcome, Requeue, Retry
+from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.dispatch.bad_output_pause import BadOutputPause
@@ -44,8 +45,6 @@ log = logging.getLogger("supervisor.dispatch")
 # a fraction of a second and cancels serve(), which requeues the prompt with no attempt
 # counted. Only if the server is still considered alive after this grace is it a retry.
 GONE_GRACE_S = 3.0
-SETTING_MAX_TOKENS = "max_tokens"
-SETTING_OPERATOR_PAUSE = "operator_pause"
 BREAKER = "breaker"        # the pause key of the circuit breaker (error_breaker.py)
 
 
@@ -94,10 +93,10 @@ class Dispatcher:
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Dispatcher]:
         """The recorder and HTTP client live here; serve() may only run inside."""
-        saved = await self.astore.call(Store.get_setting, SETTING_MAX_TOKENS)
+        saved = await self.astore.call(Store.get_setting, Setting.MAX_TOKENS)
         if saved is not None:
             self.max_tokens = int(saved)
-        paused = await self.astore.call(Store.get_setting, SETTING_OPERATOR_PAUSE)
+        paused = await self.astore.call(Store.get_setting, Setting.OPERATOR_PAUSE)
         if paused:
             self._paused["operator"] = paused
         if self._client is None:
@@ -217,7 +216,7 @@ class Dispatcher:
         self._paused[key] = reason
         log.warning("dispatch paused (%s): %s", key, reason)
         if key == "operator":
-            await self.astore.call(Store.set_setting, SETTING_OPERATOR_PAUSE, reason)
+            await self.astore.call(Store.set_setting, Setting.OPERATOR_PAUSE, reason)
         await self.astore.call(Store.add_event, "paused", key, {"reason": reason}, actor,
                                self.clock())
         self.poke()
@@ -227,7 +226,7 @@ class Dispatcher:
             return False
         reason = self._paused.pop(key)
         if key == "operator":
-            await self.astore.call(Store.set_setting, SETTING_OPERATOR_PAUSE, "")
+            await self.astore.call(Store.set_setting, Setting.OPERATOR_PAUSE, "")
         if key == "quality":
             # Resuming after a quality pause means the operator fixed (or accepts) the cause;
             # the old window would trip the gate again at the very next completion.
@@ -253,7 +252,7 @@ class Dispatcher:
             raise ValueError(f"max_tokens {value} is not below the servers' context length "
                              f"({context}): SGLang would refuse every request")
         old, self.max_tokens = self.max_tokens, value
-        await self.astore.call(Store.set_setting, SETTING_MAX_TOKENS, str(value))
+        await self.astore.call(Store.set_setting, Setting.MAX_TOKENS, str(value))
         await self.astore.call(Store.add_event, "max_tokens", "generation",
                                {"from": old, "to": value}, actor, self.clock())
         return old

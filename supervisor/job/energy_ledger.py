@@ -8,11 +8,11 @@ import time
 from typing import Any, Mapping
 
 from state.async_store import AsyncStore
+from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.gpu.energy import EnergyMeter, EnergySnapshot
 
-SETTING = "energy_joules"
 SAVE_EVERY_S = 30.0
 
 
@@ -25,7 +25,7 @@ class EnergyLedger:
 
     @classmethod
     async def open(cls, astore: AsyncStore, config: JobConfig) -> EnergyLedger:
-        saved = await astore.call(Store.get_setting, SETTING)
+        saved = await astore.call(Store.get_setting, Setting.ENERGY_JOULES)
         try:
             carried = float(saved) if saved else 0.0
         except ValueError:
@@ -48,4 +48,4 @@ class EnergyLedger:
 
     async def save(self) -> None:
         self._saved_at = time.monotonic()
-        await self.astore.call(Store.set_setting, SETTING, repr(self.meter.total_joules))
+        await self.astore.call(Store.set_setting, Setting.ENERGY_JOULES, repr(self.meter.total_joules))

@@ -35,7 +35,7 @@ from supervisor.job.all_failed_alarm import AllFailedAlarm
 from supervisor.job.end_policy import end_reason
 from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.graceful_stop import GracefulStop
-from supervisor.job.lock import JobLock, JobLocked
+from state.job_lock import JobLock, JobLocked
 from supervisor.job.reload import reload_job
 from supervisor.job.status import JobStatus
 from supervisor.job.status_builder import StatusBuilder

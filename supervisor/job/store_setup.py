@@ -7,12 +7,12 @@ import logging
 import time
 from typing import Callable
 
+from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
 
 log = logging.getLogger("supervisor.job")
 
-SETTING_IMPORTED = "imported_prompts"
 
 
 class JobError(RuntimeError):
@@ -38,7 +38,7 @@ def import_prompts(store: Store, config: JobConfig) -> None:
             return
         raise JobError(f"job.prompts: {path}: no such file, and no prompts imported yet") from None
     fingerprint = f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}:{config.job.partition}"
-    if store.get_setting(SETTING_IMPORTED) == fingerprint:
+    if store.get_setting(Setting.IMPORTED_PROMPTS) == fingerprint:
         return
     summary = import_file(store, path, partition=config.job.partition)
     log.info("imported %s: %s", path, summary)
@@ -48,7 +48,7 @@ def import_prompts(store: Store, config: JobConfig) -> None:
         log.warning("%s", summary.changed_warning())
     if not store.counts().total:
         raise JobError(f"job.prompts: {path}: no usable prompts ({summary})")
-    store.set_setting(SETTING_IMPORTED, fingerprint)
+    store.set_setting(Setting.IMPORTED_PROMPTS, fingerprint)
 
 
 def open_job_store(config: JobConfig, *, before_open: Callable[[], None] | None = None,

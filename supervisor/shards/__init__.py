@@ -4,7 +4,7 @@ shard task. Membership is decided in the store (state/shards_table.py) before an
 from supervisor.shards.keys import (ShardKey, parse_shard_key, partition_dir, shard_key_for,
                                     spool_dir)
 from supervisor.shards.loop import ShardLoop
-from supervisor.shards.writer import ShardWriter, WrittenShard, shard_bytes, write_atomically
+from supervisor.shards.writer import ShardWriter, WrittenShard, shard_bytes
 
 __all__ = ["ShardKey", "ShardLoop", "ShardWriter", "WrittenShard", "parse_shard_key",
-           "partition_dir", "shard_bytes", "shard_key_for", "spool_dir", "write_atomically"]
+           "partition_dir", "shard_bytes", "shard_key_for", "spool_dir"]

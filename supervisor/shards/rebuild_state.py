@@ -119,10 +119,10 @@ def rebuild_from_config(config: JobConfig) -> tuple[RebuildSummary, Any, Any]:
     """(summary, import summary, counts) or RebuildRefused."""
     from state.checked_open import StateDBError, open_checked
     from supervisor.shards.keys import spool_dir
-    from supervisor.job.lock import JobLock, JobLocked
+    from state.job_lock import JobLock, JobLocked
     from supervisor.prompt_import import import_file, prompts_file_problem
     from supervisor.uploads.sink import UploadError
-    from supervisor.shards.verify import SETTING_OUTPUT
+    from state.settings_keys import Setting
     from supervisor.uploads.wiring import build_sink, output_location
 
     state, prompts = config.path(config.job.state), config.path(config.job.prompts)
@@ -139,7 +139,7 @@ def rebuild_from_config(config: JobConfig) -> tuple[RebuildSummary, Any, Any]:
                 imported = import_file(store, prompts, partition=config.job.partition)
                 spool = spool_dir(config)
                 summary = rebuild(store, config, build_sink(config, spool), spool)
-                store.set_setting(SETTING_OUTPUT, output_location(config, spool))
+                store.set_setting(Setting.OUTPUT_LOCATION, output_location(config, spool))
                 return summary, imported, store.counts()
             finally:
                 store.close()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from state.records import SHARD_UPLOADED, SHARD_WRITTEN
+from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig, Partition
 from supervisor.uploads.local_files import check_file, list_shard_files
@@ -27,7 +28,6 @@ from supervisor.uploads.sink import Sink, UploadError
 log = logging.getLogger("supervisor.shards")
 
 # Where this job's shards go, kept in the DB for `dflash-supervisor verify --state DB`.
-SETTING_OUTPUT = "output_location"
 
 
 def key_prefix(partition: Partition | None) -> str:
@@ -137,7 +137,7 @@ def check_output_at_start(store: Store, config: JobConfig) -> VerifyReport:
     if report.unknown_keys:
         where = config.job.output if config.output_is_s3 else str(config.path(config.job.output))
         raise UnknownOutput(unknown_output_message(report, store.path, where))
-    store.set_setting(SETTING_OUTPUT, output_location(config, spool))
+    store.set_setting(Setting.OUTPUT_LOCATION, output_location(config, spool))
     for problem in report.unverified:
         log.warning("could not verify a shard at start: %s", problem)
     sent = send_back(store, report, "supervisor")

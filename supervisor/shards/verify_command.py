@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from state.checked_open import StateDBError, open_checked
-    from supervisor.shards.verify import SETTING_OUTPUT
-    from supervisor.job.lock import JobLock, JobLocked
+    from state.settings_keys import Setting
+    from state.job_lock import JobLock, JobLocked
     from supervisor.shards.verify import send_back, verify_output
     from supervisor.uploads.wiring import build_sink, config_for_output
 
@@ -61,7 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"dflash-supervisor verify: {exc}", file=sys.stderr)
             return EXIT_ERROR
         try:
-            location = store.get_setting(SETTING_OUTPUT)
+            location = store.get_setting(Setting.OUTPUT_LOCATION)
             if location is None:
                 print(f"dflash-supervisor verify: {state}: no output recorded (the job never "
                       "started under this version)", file=sys.stderr)

@@ -22,7 +22,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,11 +30,9 @@ from typing import Any, Callable
 from state.crash_points import crash_point
 from state.records import Shard, ShardLine
 from state.store import Store
+from supervisor.uploads.local_files import TMP_SUFFIX, write_atomically
 
 log = logging.getLogger("supervisor.shards")
-
-TMP_SUFFIX = ".tmp"
-
 
 def line_object(line: ShardLine) -> dict[str, Any]:
     c = line.completion
@@ -73,28 +70,6 @@ class WrittenShard:
     bytes: int
     sha256: str
     md5: str
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """`path` ends up holding `data` completely, or keeps what it held before."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + TMP_SUFFIX)
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    crash_point("shard.before_rename")
-    os.replace(tmp, path)
-    # The rename is only durable once the directory entry is on disk.
-    _fsync_dir(path.parent)
 
 
 class ShardWriter:

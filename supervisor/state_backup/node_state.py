@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from state.snapshot import PARTITION, PROMPTS_SHA256
+from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.prompts_digest import file_sha256
@@ -66,12 +66,12 @@ class NodeState:
 
     def after_open(self, store: Store) -> None:
         """Record whose DB this is; after a restore, take back what was uploaded since."""
-        recorded = store.get_setting(PROMPTS_SHA256)
+        recorded = store.get_setting(Setting.PROMPTS_SHA256)
         if recorded is not None and recorded != self.me.prompts_sha256:
             log.warning("the prompt file changed since this DB was started (sha256 %s… → %s…)",
                         recorded[:12], self.me.prompts_sha256[:12])
-        store.set_setting(PARTITION, self.me.partition_text or "")
-        store.set_setting(PROMPTS_SHA256, self.me.prompts_sha256)
+        store.set_setting(Setting.JOB_PARTITION, self.me.partition_text or "")
+        store.set_setting(Setting.PROMPTS_SHA256, self.me.prompts_sha256)
         if self.restored is None:
             return
         # Server processes the backup lists ran on the lost node: their pids mean nothing

@@ -1,12 +1,17 @@
-"""Shard files on a local disk: is this file the shard the DB describes, and which shard
-files does a directory hold. Used for a local output and for the S3 spool alike."""
+"""Shard files on a local disk: writing one atomically, is this file the shard the DB
+describes, and which shard files does a directory hold. Used for a local output and for the
+S3 spool alike (the shard writer and the local sink both write through here)."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 from pathlib import Path
 
+from state.crash_points import crash_point
+
 SHARD_GLOB = "shard-*.jsonl"
+TMP_SUFFIX = ".tmp"
 _CHUNK = 1 << 20
 
 
@@ -39,3 +44,25 @@ def list_shard_files(directory: Path, prefix: str = "") -> list[str]:
     if not base.is_dir():
         return []
     return sorted(str(p.relative_to(directory)) for p in base.rglob(SHARD_GLOB) if p.is_file())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_atomically(path: Path, data: bytes) -> None:
+    """`path` ends up holding `data` completely, or keeps what it held before."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + TMP_SUFFIX)
+    with open(tmp, "wb") as f:
+        f.write(data)
+        f.flush()
+        os.fsync(f.fileno())
+    crash_point("shard.before_rename")
+    os.replace(tmp, path)
+    # The rename is only durable once the directory entry is on disk.
+    _fsync_dir(path.parent)

@@ -11,8 +11,7 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
-from supervisor.shards.writer import write_atomically
-from supervisor.uploads.local_files import check_file, list_shard_files
+from supervisor.uploads.local_files import check_file, list_shard_files, write_atomically
 from supervisor.uploads.sink import CorruptUploadError, Receipt, ShardBlob, Sink, TransientUploadError
 
 

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from state.store import Store
-from supervisor.job.store_setup import SETTING_IMPORTED, JobError, open_job_store
+from state.settings_keys import Setting
+from supervisor.job.store_setup import JobError, open_job_store
 from tests.fixtures.dispatching import job_config
 from tests.fixtures.real_prompts import CHAT_QUESTIONS, write_jsonl
 
@@ -23,15 +24,15 @@ def test_imports_once_and_again_only_when_the_file_changes(tmp_path: Path):
     cfg = _config(tmp_path, prompts)
     with open_job_store(cfg) as store:
         assert store.counts().total == 1
-        first = store.get_setting(SETTING_IMPORTED)
+        first = store.get_setting(Setting.IMPORTED_PROMPTS)
     assert first is not None and str(prompts.resolve()) in first
     with open_job_store(cfg) as store:                    # same file: not read again
-        assert store.get_setting(SETTING_IMPORTED) == first
+        assert store.get_setting(Setting.IMPORTED_PROMPTS) == first
     write_jsonl(prompts, [{"id": "a", "prompt": "x"}, {"id": "b", "prompt": "y"}])
     os.utime(prompts, ns=(1, 1))                           # a different mtime, for certain
     with open_job_store(cfg) as store:
         assert store.counts().total == 2
-        assert store.get_setting(SETTING_IMPORTED) != first
+        assert store.get_setting(Setting.IMPORTED_PROMPTS) != first
 
 
 def test_in_flight_prompts_of_a_killed_daemon_are_pending_again(tmp_path: Path):

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.job.lock import holder_pid
+from state.job_lock import holder_pid
 from tests.fixtures.fs_faults import assert_one_line, cli
 from tests.fixtures.job_toml import write_job_toml
 from tests.fixtures import REPO

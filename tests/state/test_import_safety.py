@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from state.store import Store
-from supervisor.job.lock import JobLock
 from supervisor.prompt_import import import_file, parse_prompt
 from tests.fixtures.fs_faults import assert_one_line, cli
 from tests.test_prompt_import import write
@@ -121,7 +120,7 @@ def test_import_refuses_to_write_beside_a_running_daemon(tmp_path):
     db = tmp_path / "job.db"
     path = write(tmp_path / "p.jsonl", [{"id": "a", "prompt": "one"}])
     holder = subprocess.Popen(
-        [sys.executable, "-c", "import sys, time; from supervisor.job.lock import JobLock; "
+        [sys.executable, "-c", "import sys, time; from state.job_lock import JobLock; "
          "JobLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)", str(db)],
         stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
     try:

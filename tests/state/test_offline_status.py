@@ -3,6 +3,7 @@ looping, and the energy the daemon carried in the DB."""
 
 from __future__ import annotations
 
+from state.settings_keys import Setting
 from state.store import Store
 from supervisor.offline_status import main, summary_json
 
@@ -16,7 +17,7 @@ def test_truncation_split_and_energy_from_the_db(tmp_path, capsys):
         ids = [c.id for c in store.claim(3, "gpu0", 1.0)]
         store.record([done(ids[0], 2.0, finish="length"),
                       done(ids[1], 2.1, finish="length", loop=True), done(ids[2], 2.2)])
-        store.set_setting("energy_joules", repr(2 * 3.6e6))
+        store.set_setting(Setting.ENERGY_JOULES, repr(2 * 3.6e6))
     assert main(str(path), events=0) == 0
     out = capsys.readouterr().out
     assert "truncated 2: 1 long, 1 looping" in out and "energy   2.00 kWh" in out

@@ -8,6 +8,7 @@ import pytest
 
 from state.records import Failed, Requeue, Retry, StatusCounts
 from state.schema import SCHEMA_VERSION, SchemaError
+from state.settings_keys import Setting
 from state.store import Store
 
 from tests.fixtures.state_db import done, key_for, rows
@@ -179,11 +180,11 @@ def test_mark_written_with_a_stale_version_leaves_the_shard_assigned(store):
 
 
 def test_settings(store):
-    assert store.get_setting("max_tokens") is None
-    assert store.get_setting("max_tokens", "4096") == "4096"
-    store.set_setting("max_tokens", "8192")
-    store.set_setting("max_tokens", "6000")
-    assert store.get_setting("max_tokens") == "6000"
+    assert store.get_setting(Setting.MAX_TOKENS) is None
+    assert store.get_setting(Setting.MAX_TOKENS, "4096") == "4096"
+    store.set_setting(Setting.MAX_TOKENS, "8192")
+    store.set_setting(Setting.MAX_TOKENS, "6000")
+    assert store.get_setting(Setting.MAX_TOKENS) == "6000"
 
 
 def test_events_latest_first_selected_oldest_first_returned(store):

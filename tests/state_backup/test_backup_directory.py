@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from state.records import ImportRow
-from state.snapshot import PARTITION, PROMPTS_SHA256, SnapshotError, inspect
+from state.settings_keys import Setting
+from state.snapshot import SnapshotError, inspect
 from state.store import Store
 from supervisor.config import Partition
 from supervisor.shards.keys import shard_key_for
@@ -40,8 +41,8 @@ def _store(path: Path, me: NodeIdentity = ME) -> Store:
     store = Store.open(path)
     store.import_batch([ImportRow(f"id{i}", [{"role": "user", "content": f"q{i}"}], i)
                         for i in range(20)])
-    store.set_setting(PARTITION, me.partition_text or "")
-    store.set_setting(PROMPTS_SHA256, me.prompts_sha256)
+    store.set_setting(Setting.JOB_PARTITION, me.partition_text or "")
+    store.set_setting(Setting.PROMPTS_SHA256, me.prompts_sha256)
     return store
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from state.records import ImportRow
-from state.snapshot import PARTITION, PROMPTS_SHA256
+from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import Partition, UploadsSection
 from supervisor.state_backup.backup import StateBackup
@@ -28,8 +28,8 @@ def test_a_multipart_backup_round_trip(tmp_path: Path, moto: MotoServer, s3: Any
     # ~8 MB of prompts: over a 5 MiB threshold, so two parts.
     store.import_batch([ImportRow(f"big{i}", [{"role": "user", "content": f"{i} " + "x" * 10_000}],
                                   i) for i in range(800)])
-    store.set_setting(PARTITION, "0/2")
-    store.set_setting(PROMPTS_SHA256, me.prompts_sha256)
+    store.set_setting(Setting.JOB_PARTITION, "0/2")
+    store.set_setting(Setting.PROMPTS_SHA256, me.prompts_sha256)
     store.close()
     uploads = UploadsSection(endpoint_url=moto.url, multipart_threshold_bytes=5 * MIB,
                              multipart_part_bytes=5 * MIB)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.job.lock import JobLock, JobLocked, holder_pid, lock_path_for
+from state.job_lock import JobLock, JobLocked, holder_pid, lock_path_for
 
 REPO = Path(__file__).resolve().parents[2]
 
 HOLD = ("import subprocess, sys, time\n"
-        "from supervisor.job.lock import JobLock\n"
+        "from state.job_lock import JobLock\n"
         "JobLock(sys.argv[1]).acquire()\n"
         # a child like a server: it must not keep the lock once its parent is gone
         "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
