@@ -96,6 +96,21 @@ class ServersSection:
         value = self.flags.get("max-running-requests")
         return int(value) if value is not None else None
 
+    @property
+    def context_length(self) -> int | None:
+        """The servers' --context-length flag as a number, where set: every check against it
+        (config, reload, live max tokens) and the status read this one. TOML may give it as
+        "32768" (SGLang's argparse takes either)."""
+        value = self.flags.get("context-length")
+        if value is None:
+            return None
+        if isinstance(value, str) and value.strip().isdigit():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ConfigError(f"servers.flags.context-length: must be an integer >= 1, "
+                              f"got {value!r}")
+        return value
+
 
 @dataclass(frozen=True)
 class DispatchSection:
@@ -410,14 +425,8 @@ def _check_ports(s: ServersSection) -> None:
 def _check_context_length(cfg: JobConfig) -> None:
     # SGLang answers 400 to a request whose prompt + max_tokens reaches the context length:
     # with max_tokens alone at or past it, every prompt would fail.
-    ctx = cfg.servers.flags.get("context-length")
-    if ctx is None:
-        return
-    if isinstance(ctx, str) and ctx.strip().isdigit():
-        ctx = int(ctx)          # SGLang's argparse takes "32768" as well
-    if isinstance(ctx, bool) or not isinstance(ctx, int) or ctx < 1:
-        raise ConfigError(f"servers.flags.context-length: must be an integer >= 1, got {ctx!r}")
-    if cfg.generation.max_tokens >= ctx:
+    ctx = cfg.servers.context_length
+    if ctx is not None and cfg.generation.max_tokens >= ctx:
         raise ConfigError(f"generation.max_tokens: {cfg.generation.max_tokens} is at or past the "
                           f"servers' context-length {ctx}; SGLang would refuse every request "
                           "(leave room for the prompt)")

@@ -247,8 +247,8 @@ class Dispatcher:
         # SGLang refuses (HTTP 400, a permanent failure here) every request whose prompt
         # plus max_tokens reaches the context length, so a limit at or past it would fail
         # the whole job; refuse it instead.
-        context = self.config.servers.flags.get("context-length")
-        if isinstance(context, int) and not isinstance(context, bool) and value >= context:
+        context = self.config.servers.context_length
+        if context is not None and value >= context:
             raise ValueError(f"max_tokens {value} is not below the servers' context length "
                              f"({context}): SGLang would refuse every request")
         old, self.max_tokens = self.max_tokens, value

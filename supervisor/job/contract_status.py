@@ -113,11 +113,6 @@ def _uploads(u: UploadStatus | None) -> c.Uploads | None:
         corrupt_total=u.corrupt_total, stopped=u.stopped)
 
 
-def context_length(config: JobConfig) -> int | None:
-    value = config.servers.flags.get("context-length")
-    return value if isinstance(value, int) and not isinstance(value, bool) else None
-
-
 def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                  histogram: tuple[tuple[int, ...], tuple[int, ...], int],
                  flags: FlagSource | None = None,
@@ -130,7 +125,7 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
     return c.Status(
         schema_version=c.SCHEMA_VERSION, time=js.time, started_at=started_at,
         daemon_pid=os.getpid(), model=config.job.model, max_tokens=d.max_tokens,
-        context_length=context_length(config),
+        context_length=config.servers.context_length,
         job=c.JobCounts(total=js.total, done=js.done, pending=js.pending,
                         in_flight=js.in_flight, failed=js.failed,
                         requeueable_truncated=requeueable_truncated, truncated=truncated),

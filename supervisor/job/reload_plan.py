@@ -146,8 +146,8 @@ def plan_reload(old: JobConfig, new: JobConfig) -> ReloadPlan:
 def _check_max_tokens(value: int, new: JobConfig) -> None:
     # The dispatcher refuses a limit SGLang would 400 on every request; refusing it here,
     # before anything is applied, keeps the reload all or nothing.
-    context = new.servers.flags.get("context-length")
-    if isinstance(context, int) and not isinstance(context, bool) and value >= context:
+    context = new.servers.context_length
+    if context is not None and value >= context:
         raise ReloadRefused(f"generation.max_tokens: {value} is not below the servers' "
                             f"context length ({context}); nothing applied")
 
