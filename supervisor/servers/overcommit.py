@@ -1,15 +1,18 @@
 """Is a server over-committed? Read from SGLang's own figures, poll by poll.
 
 Two signs, either one turns the flag on:
-- **its queue holds or grows**: for `queue_polls` polls in a row SGLang has requests waiting
-  (`num_queue_reqs > 0`), the queue is no shorter at the end than at the start, and it runs
-  fewer requests than we have in flight to it. Our in-flight limit says the server can run
+- **its queue holds or grows**: for `queue_polls` polls in a row SGLang has at least
+  `min_queue` requests waiting (`num_queue_reqs`), the queue is no shorter at the end than at
+  the start, and it runs fewer requests than we have in flight to it. Our in-flight limit says the server can run
   that many; a server that queues part of them instead (its KV cache or token budget is
   full) makes every queued request wait for a slot, and the limit is set too high. Our
   in-flight count is capped, so such a queue rises to in-flight − running and then holds:
   a queue that holds above zero for several polls is the same fault as one still growing.
   The running-below-in-flight condition keeps a queue made by some other client of the
-  server from being blamed on us.
+  server from being blamed on us. `min_queue` (2) keeps out the request that just arrived:
+  a finished request's replacement waits in the queue until the next scheduling step, and
+  SGLang's gauges may be read at that instant (sglang/srt/managers/scheduler_components/
+  metrics_reporter.py sets num_queue_reqs on its logging ticks).
 - **its retractions climb**: SGLang retracts running requests when the KV cache fills during
   decode ("KV cache pool is full. Retract requests"); the retracted work is redone later.
   A retraction rate over `retractions_per_min`, measured over `retraction_polls` poll
@@ -29,12 +32,13 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class OvercommitPolicy:
     queue_polls: int = 3
+    min_queue: int = 2
     retraction_polls: int = 6
     retractions_per_min: float = 10.0
     clear_polls: int = 3
 
     def __post_init__(self) -> None:
-        for name in ("queue_polls", "retraction_polls", "clear_polls"):
+        for name in ("queue_polls", "min_queue", "retraction_polls", "clear_polls"):
             if getattr(self, name) < 1:
                 raise ValueError(f"over-commit policy: {name} must be at least 1, "
                                  f"got {getattr(self, name)}")
@@ -110,7 +114,8 @@ class OvercommitDetector:
         window = self._queue
         if len(window) < self.policy.queue_polls:
             return None
-        if not all(o.queued and o.queued > 0 and o.running is not None
+        if not all(o.queued is not None and o.queued >= self.policy.min_queue
+                   and o.running is not None
                    and o.running < o.in_flight for o in window):
             return None
         first, last = window[0], window[-1]

@@ -46,6 +46,7 @@ def test_a_queue_that_holds_is_over_commit_too() -> None:
     [(60, 4, 0.0, 64), (58, 6, 0.0, 64), (62, 2, 0.0, 64)],   # shrinking: being absorbed
     [(60, 4, 0.0, 64), (64, 0, 0.0, 64), (60, 4, 0.0, 64)],   # a queue that comes and goes
     [(64, 5, 0.0, 64), (64, 6, 0.0, 64), (64, 8, 0.0, 64)],   # running all we send: not ours
+    [(63, 1, 0.0, 64), (63, 1, 0.0, 64), (63, 1, 0.0, 64)],   # a replacement between steps
     [(60, 4, 0.0, 64), (58, 6, 0.0, 64)],                     # not enough polls yet
 ])
 def test_no_flag_without_a_lasting_queue_of_ours(polls: list) -> None:
@@ -121,6 +122,7 @@ def test_both_signs_are_named() -> None:
 
 @pytest.mark.parametrize("kwargs, problem", [
     ({"queue_polls": 0}, "queue_polls must be at least 1, got 0"),
+    ({"min_queue": 0}, "min_queue must be at least 1, got 0"),
     ({"clear_polls": -1}, "clear_polls must be at least 1, got -1"),
     ({"retractions_per_min": 0}, "retractions_per_min must be above 0, got 0"),
 ])
