@@ -58,5 +58,11 @@ def alerts(status: Status | None, link: LinkState,
                                          f"{one_line(status.uploads.stopped, 160)} "
                                          "(generation goes on; shards wait on disk)"))
     for p in status.paused:
-        out.append(Alert(Severity.WARNING, f"PAUSED ({p.source}): {one_line(p.reason, 160)}"))
+        if p.source == "breaker":
+            # Not a hold: requests are failing (a bad setting, a broken server); nothing
+            # moves until someone fixes the cause and resumes.
+            out.append(Alert(Severity.ERROR, f"PAUSED (breaker), REQUESTS FAILING: "
+                                             f"{one_line(p.reason, 200)} (fix, then p to resume)"))
+        else:
+            out.append(Alert(Severity.WARNING, f"PAUSED ({p.source}): {one_line(p.reason, 160)}"))
     return tuple(out)

@@ -31,6 +31,21 @@ def si(x: float) -> str:
     return f"{x:.0f}"
 
 
+def truncation(total: float, in_thinking: float | None = None,
+               in_answer: float | None = None, long: float | None = None,
+               loop: float | None = None) -> str:
+    """Truncated share, split by where the cut fell (inside the thinking: no answer at all)
+    and, where loops were seen, into merely long and looping. Shares are 0..1."""
+    text = f"trunc {100 * total:.1f}%"
+    parts = []
+    if in_thinking:
+        parts.append(f"in thinking {100 * in_thinking:.1f}%, "
+                     f"in answer {100 * (in_answer or 0.0):.1f}%")
+    if loop:
+        parts.append(f"long {100 * (long or 0.0):.1f}%, loop {100 * loop:.1f}%")
+    return text + (f" ({'; '.join(parts)})" if parts else "")
+
+
 def size(nbytes: int | None) -> str:
     return "--" if nbytes is None else si(nbytes) + "B"
 
@@ -52,7 +67,8 @@ def progress_line(s: c.Status) -> str:
     ready = sum(1 for srv in s.servers if srv.state is c.ServerState.READY)
     parts = [f"{j.done}/{j.total} ({pct:.1f}%)", f"{r.req_per_s:.1f} req/s",
              f"{si(r.tok_per_s)} tok/s", f"avg {r.avg_output_tokens:.0f} tok",
-             f"trunc {100 * q.truncation_rate:.1f}%", f"bad {100 * q.bad_rate:.1f}%",
+             truncation(q.truncation_rate, q.thinking_truncated_rate, q.answer_truncated_rate,
+                        q.long_rate, q.loop_rate), f"bad {100 * q.bad_rate:.1f}%",
              f"ETA {eta(s.eta)}", f"servers {ready}/{len(s.servers)} ready"]
     if j.failed:
         parts.append(f"failed {j.failed}")
@@ -80,6 +96,12 @@ def report(s: c.Status, source: str) -> str:
         out.append(f"config   {s.last_reload}")
     if s.quality.tripped:
         out.append(f"quality  {s.quality.tripped}")
+    b = s.breaker
+    if b is not None and b.samples and b.error_rate:
+        kinds = ", ".join(f"{e.kind} {e.count}" for e in b.errors)
+        out.append(f"errors   {100 * b.error_rate:.0f}% of the last {b.samples} requests "
+                   f"(pauses above {100 * b.threshold:.0f}%): {kinds}"
+                   + (f"; latest: {b.last_error[:160]}" if b.last_error else ""))
     out.append("servers  name      state     in-flight  req/s  restarts  uptime   last exit")
     for srv in s.servers:
         out.append(f"         {srv.name:<9} {srv.state.value:<9} {srv.in_flight:>4}/{srv.max_running:<4} "

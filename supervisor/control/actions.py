@@ -33,7 +33,8 @@ from supervisor.servers.fleet import Fleet
 log = logging.getLogger("supervisor.control")
 
 OPERATOR = "operator"
-LIFTABLE = ("operator", "quality")     # pauses an operator's resume lifts
+# Pauses an operator's resume lifts (the circuit breaker's too: it waits for a person).
+LIFTABLE = ("operator", "quality", "breaker")
 MAX_REASON = 500
 
 

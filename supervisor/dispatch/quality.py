@@ -167,9 +167,9 @@ class QualityGate:
         thinking_rate = self._in_thinking / n
         if thinking_rate > self.max_thinking_truncated_rate:
             return (f"truncated inside the thinking: {thinking_rate:.0%} of the last {n} "
-                    f"completions hit max_tokens before any answer began, content empty "
-                    f"(threshold {self.max_thinking_truncated_rate:.0%}); raise max_tokens "
-                    f"or shorten the thinking")
+                    f"completions hit max_tokens before any answer began (threshold "
+                    f"{self.max_thinking_truncated_rate:.0%}): raise max_tokens or shorten "
+                    f"the thinking")
         if trunc_rate > self.max_truncation_rate:
             return (f"truncation: {trunc_rate:.0%} of the last {n} completions hit max_tokens "
                     f"(threshold {self.max_truncation_rate:.0%})")

@@ -3,7 +3,7 @@ apart from the status data it reads."""
 
 from __future__ import annotations
 
-from supervisor.client.text import duration
+from supervisor.client.text import duration, truncation
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
 
@@ -18,9 +18,8 @@ def progress_line(s: JobStatus) -> str:
     if s.remaining and e is not None and e.low_s is not None and e.high_s is not None:
         eta += f" [{duration(e.low_s)}-{duration(e.high_s)}]"
     eta += " (warming up)" if s.eta_warming_up else ""
-    trunc = f"trunc {100 * q.truncation_rate:.1f}%"
-    if q.loop_rate:
-        trunc += f" (long {100 * q.long_rate:.1f}%, loop {100 * q.loop_rate:.1f}%)"
+    trunc = truncation(q.truncation_rate, q.thinking_truncated_rate, q.answer_truncated_rate,
+                       q.long_rate, q.loop_rate)
     parts = [
         f"{s.done}/{s.total} ({pct:.0f}%)",
         f"{r.req_per_s:.1f} req/s",

@@ -22,8 +22,10 @@ LIVE = frozenset({
     "generation.max_tokens", "generation.temperature", "generation.top_p",
     "generation.enable_thinking",
     "quality.max_bad_rate", "quality.max_truncation_rate", "quality.min_samples",
+    "quality.max_loop_rate", "quality.max_thinking_truncated_rate",
     "dispatch.request_timeout_s", "dispatch.max_attempts", "dispatch.claim_batch",
     "dispatch.stop_grace_s",
+    "dispatch.breaker_error_rate", "dispatch.breaker_window", "dispatch.breaker_min_samples",
     "uploads.concurrency", "uploads.keep_local", "uploads.retry_initial_s",
     "uploads.retry_max_s", "uploads.drain_timeout_s", "uploads.min_free_bytes",
 })

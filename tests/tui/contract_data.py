@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from supervisor.contract.status import (SCHEMA_VERSION, Caller, Energy, Eta, Event, Flag,
-                                        GpuStatus, Gpus, Histogram, JobCounts, PauseReason,
-                                        ProblemCount, Quality, Rates, ServerState, ServerStatus,
-                                        Status, ThroughputPoint, Uploads)
+from supervisor.contract.status import (SCHEMA_VERSION, Breaker, Caller, Energy, ErrorCount, Eta,
+                                        Event, Flag, GpuStatus, Gpus, Histogram, JobCounts,
+                                        PauseReason, ProblemCount, Quality, Rates, ServerState,
+                                        ServerStatus, Status, ThroughputPoint, Uploads)
 
 T0 = 1_796_270_000.0          # the snapshot's time (fixed: "ago" figures are relative to it)
 GIB = 2**30
@@ -142,3 +142,33 @@ def with_insight() -> Status:
         quality=replace(s.quality, loop_rate=0.055, looping_total=9_114, long_rate=0.12),
         energy=Energy(joules_per_token=0.37, kwh_so_far=412.6, kwh_projected=2_170.0,
                       source="counter"))
+
+
+LORA = ("HTTP 400: LoRA adapter 'v2' was requested, but LoRA is not enabled. Please launch the "
+        "server with --enable-lora flag and preload adapters using --lora-paths or "
+        "/load_lora_adapter endpoint.")
+
+
+def paused_by_breaker() -> Status:
+    """`job.model` with a ':' after a reload: SGLang refuses every request, the breaker opens."""
+    s = healthy()
+    reason = f"97% of the last 200 requests failed (threshold 50%): {LORA}"
+    return replace(s, paused=(PauseReason("breaker", reason),),
+                   breaker=Breaker(window=200, samples=200, error_rate=0.97, threshold=0.5,
+                                   errors=(ErrorCount("HTTP 400", 194),),
+                                   requests_total=171_440, errors_total=203, tripped=reason,
+                                   tripped_error="HTTP 400", sample=LORA, last_error=LORA),
+                   rates=replace(s.rates, req_per_s=0.0, tok_per_s=0.0))
+
+
+def thinking_cut_off() -> Status:
+    """The "87% empty answers" job: max tokens runs out inside the thinking; the gate pauses."""
+    s = healthy()
+    reason = ("truncated inside the thinking: 84% of the last 200 completions hit max_tokens "
+              "before any answer began (threshold 50%): raise max_tokens or shorten the "
+              "thinking")
+    return replace(s, paused=(PauseReason("quality", reason),),
+                   quality=replace(s.quality, truncation_rate=0.87, thinking_truncated_rate=0.84,
+                                   answer_truncated_rate=0.03, thinking_truncated_total=168,
+                                   max_thinking_truncated_rate=0.5, tripped=reason),
+                   rates=replace(s.rates, req_per_s=0.0, tok_per_s=0.0))

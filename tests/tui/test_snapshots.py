@@ -54,6 +54,20 @@ def test_paused_by_quality_gate(snap_compare) -> None:
                         run_before=settled)
 
 
+def test_paused_by_the_breaker(snap_compare) -> None:
+    """Every request refused (HTTP 400): a red banner with the share and SGLang's message,
+    the error share beside failed."""
+    assert snap_compare(app_with(data.paused_by_breaker), terminal_size=WIDE,
+                        run_before=settled)
+
+
+def test_paused_on_answers_cut_off_inside_the_thinking(snap_compare) -> None:
+    """Truncation split: the share cut off inside the thinking in red beside trunc, and the
+    quality gate's banner saying why it paused."""
+    assert snap_compare(app_with(data.thinking_cut_off), terminal_size=WIDE,
+                        run_before=settled)
+
+
 def test_failed_server(snap_compare) -> None:
     """A FAILED server gets a banner with its reason, besides its red state cell."""
     assert snap_compare(app_with(data.with_failed_server), terminal_size=WIDE,

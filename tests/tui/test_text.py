@@ -105,6 +105,14 @@ def test_alerts_name_every_reason_to_look() -> None:
         (Severity.WARNING, "WAITING for the daemon, attempt 2: No such file or directory")]
 
 
+def test_the_breakers_pause_is_an_error_naming_the_share_and_sglangs_message() -> None:
+    [alert] = alerts(data.paused_by_breaker(), LIVE)
+    assert alert.severity is Severity.ERROR
+    assert alert.text.startswith("PAUSED (breaker), REQUESTS FAILING: 97% of the last 200 "
+                                 "requests failed (threshold 50%): HTTP 400: LoRA adapter 'v2'")
+    assert alert.text.endswith("(fix, then p to resume)")
+
+
 def test_histogram_columns_keep_every_completion_and_mark_the_limit() -> None:
     h = data.histogram()
     for width in (20, 37, 48, 100):

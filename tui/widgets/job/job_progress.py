@@ -1,6 +1,7 @@
 """The job at a glance: a progress bar with done/total and the ETA (with its 80% interval
 where the estimator gives one), then the windowed rates, truncation split into long and
-looping, and the energy the job has used."""
+looping and the share cut off inside the thinking, request errors, and the energy the job
+has used."""
 
 from __future__ import annotations
 
@@ -50,15 +51,39 @@ class JobProgress(StatusText):
             figure(count(round(r.avg_output_tokens)), "avg", label_first=True),
             figure(percent(q.truncation_rate), "trunc", label_first=True,
                    style="bold yellow" if q.truncation_rate > 0.1 else None),
+            *self._thinking_cells(s),
             *self._loop_cells(s),
             figure(percent(q.bad_rate), "bad", label_first=True,
                    style="bold red" if q.bad_rate > 0.05 else None),
             figure(f"{s.job.failed:,}", "failed", label_first=True,
                    style="bold red" if s.job.failed else None),
+            *self._error_cells(s),
             figure(f"{s.max_tokens:,}", "max tokens", label_first=True),
             *self._energy_cells(s),
         ]
         return flow(cells, width)
+
+    @staticmethod
+    def _thinking_cells(s: Status) -> list[Text]:
+        q = s.quality
+        if not q.thinking_truncated_rate:
+            return []
+        # Cut off inside the thinking: no answer at all (content empty). Red from half the
+        # share that pauses the job: the thinking budget is too small for max tokens.
+        limit = q.max_thinking_truncated_rate or 1.0
+        rate = q.thinking_truncated_rate
+        return [figure(percent(rate), "in thinking", label_first=True,
+                       style="bold red" if rate >= limit / 2 else
+                       "bold yellow" if rate > 0.02 else None)]
+
+    @staticmethod
+    def _error_cells(s: Status) -> list[Text]:
+        b = s.breaker
+        if b is None or not b.error_rate:
+            return []
+        # Request errors over the breaker's window; red from half its threshold.
+        return [figure(percent(b.error_rate), "errors", label_first=True,
+                       style="bold red" if b.error_rate >= b.threshold / 2 else "bold yellow")]
 
     @staticmethod
     def _loop_cells(s: Status) -> list[Text]:
