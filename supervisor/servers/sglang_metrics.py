@@ -125,11 +125,17 @@ def parse_sglang_metrics(text: str) -> SglangMetrics:
         return None if value is None else int(round(value))
 
     usage = per_group[TOKEN_USAGE]
+    running = summed(RUNNING)
+    retracted = summed(RETRACTED_TOTAL)
+    if retracted is None and running is not None:
+        # The counter's series is created by its first increment (`increment_retracted_reqs`
+        # is the only place it takes labels): a scheduler that reports and has no series has
+        # retracted nothing yet. Zero, not n/a, so the first retractions count in the rate.
+        retracted = 0.0
     return SglangMetrics(
-        running=as_int(summed(RUNNING)), queued=as_int(summed(QUEUED)),
+        running=as_int(running), queued=as_int(summed(QUEUED)),
         token_usage=max(usage.values()) if usage else None,
-        retractions_total=summed(RETRACTED_TOTAL), gen_throughput=summed(GEN_THROUGHPUT),
-        found=found)
+        retractions_total=retracted, gen_throughput=summed(GEN_THROUGHPUT), found=found)
 
 
 async def scrape(client: httpx.AsyncClient, base_url: str, timeout_s: float) -> Scrape:

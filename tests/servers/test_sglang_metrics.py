@@ -166,3 +166,13 @@ def test_similar_names_are_not_taken_for_ours() -> None:
             f"sglang:token_usage_extra{_ranks(0)} 1.0\n")
     m = parse_sglang_metrics(text)
     assert m.running == 3 and m.token_usage is None
+
+
+def test_no_retraction_series_yet_is_zero_where_the_scheduler_reports() -> None:
+    """The counter gets its series at the first retraction (`increment_retracted_reqs`):
+    with the scheduler's gauges there and no counter, nothing was retracted yet."""
+    text = "\n".join(line for line in TP2_TEXT.splitlines()
+                     if not line.startswith("sglang:num_retracted_requests_total"))
+    assert parse_sglang_metrics(text).retractions_total == 0.0
+    only_usage = f"sglang:token_usage{_ranks(0)} 0.4\n"
+    assert parse_sglang_metrics(only_usage).retractions_total is None
