@@ -22,6 +22,8 @@ from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_st
 
 REFUSING_SERVER = REPO / "tests" / "fixtures" / "refusing_chat_server.py"
 BREAKER_KEYS = {"breaker_window": 20, "breaker_min_samples": 10, "breaker_error_rate": 0.5}
+# Thinking on needs SGLang's reasoning parser (supervisor/config.py refuses it without).
+PARSER = {"flags": {"reasoning-parser": "qwen3"}}
 
 
 def _rows(n: int, long: set[int] = frozenset()) -> list[dict]:
@@ -82,7 +84,7 @@ async def test_a_systemic_error_pauses_dispatch_and_fails_no_prompt(tmp_path, re
     url = await refusing_server(mode)
     rows = _rows(300)
     store = open_store(tmp_path, rows)
-    cfg = job_config(tmp_path, dispatch=BREAKER_KEYS)
+    cfg = job_config(tmp_path, dispatch=BREAKER_KEYS, servers=PARSER)
     try:
         async with dispatching(store, cfg) as (d, astore):
             draining = anyio.Event()
@@ -121,7 +123,7 @@ async def test_resume_after_the_fix_finishes_the_job(tmp_path, refusing_server):
     url = await refusing_server("lora400")
     rows = _rows(60)
     store = open_store(tmp_path, rows)
-    cfg = job_config(tmp_path, dispatch=BREAKER_KEYS)
+    cfg = job_config(tmp_path, dispatch=BREAKER_KEYS, servers=PARSER)
     try:
         async with dispatching(store, cfg) as (d, astore):
             draining = anyio.Event()
@@ -154,7 +156,7 @@ async def test_a_few_prompts_too_long_fail_alone_and_the_breaker_stays_shut(tmp_
     long = {3, 17, 40}
     rows = _rows(60, long)
     store = open_store(tmp_path, rows)
-    cfg = job_config(tmp_path, dispatch=BREAKER_KEYS)
+    cfg = job_config(tmp_path, dispatch=BREAKER_KEYS, servers=PARSER)
     try:
         async with dispatching(store, cfg) as (d, astore):
             draining = anyio.Event()
@@ -184,7 +186,8 @@ async def test_every_prompt_refused_for_length_pauses_before_the_job_is_failed(t
     sim = sim_server("--sim-instant", "--context-length", "256")
     rows = _rows(200)
     store = open_store(tmp_path, rows)
-    cfg = job_config(tmp_path, dispatch=BREAKER_KEYS, generation={"max_tokens": 250})
+    cfg = job_config(tmp_path, dispatch=BREAKER_KEYS, servers=PARSER,
+                     generation={"max_tokens": 250})
     try:
         async with dispatching(store, cfg) as (d, astore):
             draining = anyio.Event()

@@ -243,6 +243,43 @@ async def test_empty_outputs_trip_the_quality_gate_and_pause(tmp_path, sim_serve
     assert actor == "quality-gate" and "bad output" in detail
 
 
+async def test_answers_cut_off_inside_the_thinking_pause_dispatch_by_default(tmp_path,
+                                                                             sim_server):
+    """The "87% empty answers" job: max tokens runs out before the model stops thinking.
+    The default quality.max_thinking_truncated_rate catches it early."""
+    sim = sim_server("--sim-instant", "--reasoning-parser", "qwen3")
+    rows = _rows(300)
+    store = open_store(tmp_path, rows)
+    cfg = job_config(tmp_path, generation={"max_tokens": 64},
+                     quality={"window": 40, "min_samples": 20},
+                     servers={"flags": {"reasoning-parser": "qwen3"}})
+    assert cfg.quality.max_thinking_truncated_rate == 0.5        # the default
+    try:
+        async with dispatching(store, cfg) as (d, astore):
+            draining = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(d.serve, Endpoint("gpu0", sim.base_url, 4), draining)
+                await wait_until(lambda: d.paused, 30, "the gate to pause dispatch")
+                await wait_until(lambda: d.progress("gpu0").in_flight == 0, 30)
+                await d.flush()
+                draining.set()
+            counts = await astore.call(Store.counts)
+            snap = d.snapshot()
+    finally:
+        store.close()
+    reason = snap.paused["quality"]
+    assert reason.startswith("truncated inside the thinking: ") and "threshold 50%" in reason
+    q = snap.quality
+    assert q.thinking_truncated_rate > 0.5 and q.thinking_truncated_total >= 11
+    assert abs(q.truncation_rate - q.thinking_truncated_rate - q.answer_truncated_rate) < 1e-9
+    assert q.bad_rate == 0            # cut off in the thinking is truncation, not bad output
+    # Stopped early: a window's worth, not the job.
+    assert counts.done < 60 and counts.pending == len(rows) - counts.done
+    in_thinking = db_rows(tmp_path, "select count(*) from prompts where status='done' and "
+                          "finish_reason='length' and content='' and reasoning_content<>''")
+    assert in_thinking[0][0] == q.thinking_truncated_total
+
+
 async def test_max_tokens_at_or_past_the_context_length_is_refused(tmp_path):
     store = open_store(tmp_path, _rows(2))
     cfg = job_config(tmp_path, generation={"max_tokens": 4096},
