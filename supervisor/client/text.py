@@ -81,6 +81,23 @@ def event_line(e: c.Event) -> str:
             f"{e.detail_json[:140]}")
 
 
+def sglang_line(srv: c.ServerStatus) -> str:
+    """SGLang's own figures for a server (its /metrics), and the over-commit flag."""
+    def n(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:.0f}"
+    parts = [f"{n(srv.sglang_running)} running", f"{n(srv.sglang_queued)} queued",
+             "KV n/a" if srv.token_usage is None else f"KV {100 * srv.token_usage:.0f}%",
+             f"{n(srv.gen_throughput)} tok/s"]
+    if srv.retractions_per_s:
+        parts.append(f"{srv.retractions_per_s * 60:.0f} retracted/min")
+    text = "sglang   " + ", ".join(parts)
+    if srv.sglang_error:
+        text += f" ({srv.sglang_error})"
+    if srv.overcommitted:
+        text += f"; OVER-COMMITTED: {srv.overcommit_reason or ''}"
+    return text
+
+
 def report(s: c.Status, source: str) -> str:
     j = s.job
     out = [f"live from the daemon (pid {s.daemon_pid}) on {source}, up {duration(s.time - s.started_at)}",
@@ -109,6 +126,8 @@ def report(s: c.Status, source: str) -> str:
                    f"{srv.last_exit_reason or ''}")
         if srv.state in (c.ServerState.FAILED, c.ServerState.BACKOFF):
             out.append(f"           {srv.state_reason}")
+        if srv.sglang_metrics:
+            out.append(f"           {sglang_line(srv)}")
     if s.gpus.available:
         for g in s.gpus.gpus:
             mem = (f"{size(g.memory_used_bytes)}/{size(g.memory_total_bytes)}")
