@@ -364,8 +364,8 @@ def _validate(cfg: JobConfig) -> None:
                           f"got {d.breaker_error_rate}")
     positive("dispatch.breaker_window", d.breaker_window)
     if not 0 < d.breaker_min_samples <= d.breaker_window:
-        raise ConfigError(f"dispatch.breaker_min_samples: must be within "
-                          f"1..dispatch.breaker_window ({d.breaker_window}), got {d.breaker_min_samples}")
+        raise ConfigError(f"dispatch.breaker_min_samples: must be within 1..dispatch."
+                          f"breaker_window ({d.breaker_window}), got {d.breaker_min_samples}")
     q = cfg.quality
     positive("quality.window", q.window)
     if not 0 < q.min_samples <= q.window:
