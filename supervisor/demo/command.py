@@ -132,7 +132,8 @@ def _summary(result: Any, cfg: JobConfig, wall_s: float) -> None:
     print(f"demo {result.reason} in {wall_s:.0f} s: {s.done}/{s.total} done, {s.failed} failed, "
           f"{s.remaining} left")
     print(f"      this run: {q.checked_total} completions checked, {q.truncated_total} truncated "
-          f"at max_tokens ({q.loop_total} of them looping), {q.bad_total} bad")
+          f"at max_tokens ({q.thinking_truncated_total} inside the thinking, {q.loop_total} "
+          f"looping), {q.bad_total} bad")
     restarts = sum(srv.restarts for srv in s.servers)
     if restarts:
         print(f"      servers restarted {restarts} times: " + ", ".join(
