@@ -1,9 +1,11 @@
 """`dflash-supervisor check --config PATH`: validate a config and show what would run.
 
-Prints each server's exact command line and CUDA_VISIBLE_DEVICES. Where SGLang is
-installed it also asks the launch command for `--help` and checks every pass-through flag
-against it, because SGLang renames flags between releases and a typo would otherwise surface
-as eight servers crash-looping at start.
+Prints each server's exact command line and CUDA_VISIBLE_DEVICES, and the config's warnings.
+It then puts the pass-through flags to the installed SGLang's own argument parser
+(supervisor/servers/flag_check.py, the same check the daemon makes at start), because SGLang
+renames flags between releases and a typo would otherwise surface as eight servers failing at
+start. A launch command of another shape (a wrapper script) is asked for its `--help`
+instead, where SGLang is installed here, and every flag is looked up in it.
 
 Exit status: 0 fine, 1 flags the launch command does not accept, 2 the config is invalid.
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib.util
+import logging
 import re
 import shlex
 import subprocess
@@ -20,6 +23,7 @@ import sys
 from typing import Callable, Iterable, Sequence
 
 from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
+from supervisor.servers.flag_check import FlagVerdict, check_flags
 from supervisor.servers.launch_command import build_specs, max_running
 
 HelpProvider = Callable[[Sequence[str]], str]
@@ -57,21 +61,45 @@ def unknown_flags(flags: Iterable[str], accepted: set[str]) -> list[str]:
 def describe(cfg: JobConfig) -> list[str]:
     lines = []
     mr = max_running(cfg.servers, cfg.dispatch)
+    slots = (f"{mr} requests in flight" if mr is not None
+             else "requests in flight as SGLang reports on /server_info")
     for spec in build_specs(cfg.servers):
         log_path = cfg.path(cfg.servers.log_dir) / f"{spec.name}.log"
         lines.append(f"{spec.name}: GPUs {spec.cuda_visible_devices}, port {spec.port}, "
-                     f"{mr} requests in flight, log {log_path}")
+                     f"{slots}, log {log_path}")
         lines.append(f"  CUDA_VISIBLE_DEVICES={spec.cuda_visible_devices} {shlex.join(spec.argv)}")
     return lines
 
 
-def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None = None) -> int:
+def _parser_problems(cfg: JobConfig, verdict: FlagVerdict) -> list[str]:
+    """SGLang's own refusal first, then each flag its parser does not know, with a close name."""
+    problems = [f"servers.flags: SGLang's parser refuses them: {verdict.detail}"]
+    if verdict.options:
+        problems += unknown_flags(cfg.servers.flags, set(verdict.options))
+    return problems
+
+
+def _help_problems(cfg: JobConfig, help_provider: HelpProvider) -> tuple[list[str], str] | int:
+    command = cfg.servers.command
+    try:
+        accepted = accepted_options(help_provider(command))
+    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
+        print(f"could not check flags: {exc}", file=sys.stderr)
+        return 1
+    return (unknown_flags(cfg.servers.flags, accepted),
+            f"all {len(cfg.servers.flags)} accepted by {shlex.join(command)} --help")
+
+
+def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None = None,
+         flag_checker: Callable[[JobConfig], FlagVerdict] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="dflash-supervisor check",
                                      description="Validate a job config and print the server commands.")
     parser.add_argument("--config", required=True, help="the job's TOML config")
     parser.add_argument("--skip-flag-check", action="store_true",
-                        help="do not run the launch command's --help")
+                        help="do not ask SGLang's parser (or the launch command's --help)")
     args = parser.parse_args(argv)
+    # The config's warnings are logged by load_config: shown here as "WARNING: <file>: ...".
+    logging.basicConfig(format="%(levelname)s: %(message)s", stream=sys.stderr)
     try:
         cfg = load_config(args.config)
         from supervisor.gpu.nvml_source import node_gpu_count
@@ -84,25 +112,32 @@ def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None =
         print(line)
     if args.skip_flag_check:
         return 0
-    command = cfg.servers.command
     if help_provider is None:
-        if importlib.util.find_spec("sglang") is None:
-            print("SGLang is not installed here: flags not checked against its --help")
+        verdict = (flag_checker or (lambda c: check_flags(c.servers)))(cfg)
+        if verdict.accepted is not None:
+            problems, ok = (([], verdict.detail) if verdict.accepted
+                            else (_parser_problems(cfg, verdict), ""))
+        elif importlib.util.find_spec("sglang") is None:
+            print(f"SGLang is not installed here: flags not checked ({verdict.detail})")
             return 0
-        help_provider = run_help
-    try:
-        accepted = accepted_options(help_provider(command))
-    except (OSError, RuntimeError, subprocess.TimeoutExpired) as exc:
-        print(f"could not check flags: {exc}", file=sys.stderr)
-        return 1
-    problems = unknown_flags(cfg.servers.flags, accepted)
+        else:
+            # A wrapper script around SGLang: its --help is what there is to go by.
+            found = _help_problems(cfg, run_help)
+            if isinstance(found, int):
+                return found
+            problems, ok = found
+    else:
+        found = _help_problems(cfg, help_provider)
+        if isinstance(found, int):
+            return found
+        problems, ok = found
     if cfg.servers.tp_size > 1 and ({"tp-size", "tp"} & set(cfg.servers.flags)):
         problems.append("servers.flags: tp-size is set from servers.tp_size; remove it from flags")
     for p in problems:
         print(p, file=sys.stderr)
     if problems:
         return 1
-    print(f"flags OK: all {len(cfg.servers.flags)} accepted by {shlex.join(command)} --help")
+    print(f"flags OK: {ok}")
     return 0
 
 

@@ -76,6 +76,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config, workdir=args.workdir)
         check_gpus_exist(config, node_gpu_count())
+        # Before the first launch: flags the installed SGLang's parser refuses stop the start.
+        from supervisor.servers.flag_check import require_accepted_flags
+        require_accepted_flags(config.servers)
     except ConfigError as exc:
         print(f"dflash-supervisor: invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG

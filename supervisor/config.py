@@ -6,6 +6,7 @@ what is allowed, because a typo in a day-long job's config must fail at start, n
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import tomllib
@@ -114,7 +115,8 @@ class ServersSection:
 
 @dataclass(frozen=True)
 class DispatchSection:
-    # 0 → follow the server's --max-running-requests flag (default 32 when absent).
+    # 0 → follow the server: its --max-running-requests flag, else the limit SGLang reports
+    # on /server_info once READY (effective_max_running_requests_per_dp per DP rank).
     max_in_flight_per_server: int = 0
     request_timeout_s: float = 3600.0
     max_attempts: int = 3
@@ -351,6 +353,8 @@ def _validate(cfg: JobConfig) -> None:
     mrr = s.flags.get("max-running-requests")
     if mrr is not None and (isinstance(mrr, bool) or not isinstance(mrr, int) or mrr < 1):
         raise ConfigError(f"servers.flags.max-running-requests: must be an integer >= 1, got {mrr!r}")
+    _check_model_name(cfg)
+    _check_thinking_parser(cfg)
     d = cfg.dispatch
     if d.max_in_flight_per_server < 0:
         raise ConfigError("dispatch.max_in_flight_per_server: must be >= 0 (0 = follow the server)")
@@ -432,6 +436,61 @@ def _check_context_length(cfg: JobConfig) -> None:
                           "(leave room for the prompt)")
 
 
+def _check_model_name(cfg: JobConfig) -> None:
+    # SGLang reads a request's "model" as "base-model:adapter-name" and serves the part after
+    # the colon as a LoRA adapter, unless the whole name is the served model name
+    # (`sglang/srt/entrypoints/openai/serving_base.py`, _parse_model_parameter). With no such
+    # adapter every request is a 400: the whole job failing in minutes, not a per-prompt error.
+    model = cfg.job.model
+    if ":" not in model:
+        return
+    served = cfg.servers.flags.get("served-model-name") or cfg.servers.model_path
+    if model == served:
+        return
+    raise ConfigError(f"job.model: {model!r} contains ':', which SGLang reads as "
+                      "model:LoRA-adapter; use a name without ':' (the model is chosen by "
+                      "servers.model_path; job.model only labels requests)")
+
+
+# Refused rather than warned: without a reasoning parser SGLang (0.5.23) answers with the
+# thinking inside `content`, <think> tags and all, and `reasoning_content` empty. Every
+# answer is then "bad" in a way a day-long job only shows at the end (or, paused by the
+# quality gate, after the first window) -- an operator would rather be stopped at start
+# than find 900K answers with their thinking in the wrong field.
+def _check_thinking_parser(cfg: JobConfig) -> None:
+    if not cfg.generation.enable_thinking:
+        return
+    parser = cfg.servers.flags.get("reasoning-parser")
+    if parser is None or parser is False or parser == "":
+        raise ConfigError(
+            "generation.enable_thinking = true needs servers.flags.reasoning-parser (e.g. "
+            "reasoning-parser = \"qwen3\", the model's parser): without it SGLang returns the "
+            "thinking inside content with its <think> tags; set it, or set "
+            "generation.enable_thinking = false")
+
+
+# SGLang picks each server's NCCL port below the kernel's ephemeral range, from 22000..29999
+# (`sglang/srt/utils/network.py` get_free_port_below_ephemeral, called by PortArgs.init_new in
+# `sglang/srt/server_args.py` when --nccl-port is not given).
+NCCL_PORTS = (22000, 29999)
+
+
+def load_warnings(cfg: JobConfig) -> list[str]:
+    """What loads but may bite: one line each, logged at load and printed by `check`."""
+    out = []
+    s = cfg.servers
+    first, last = s.base_port, s.base_port + len(s.gpu_list) // s.tp_size - 1
+    low, high = NCCL_PORTS
+    if first <= high and last >= low:
+        # A warning, not a refusal: SGLang takes a port only if it is free when it looks, so
+        # this is a chance, not a certainty -- but when a starting server finds its HTTP port
+        # taken by another server's NCCL store it fails, and nothing restarts it out of that.
+        out.append(f"servers.base_port: the servers' ports {first}..{last} fall inside "
+                   f"{low}..{high}, where SGLang picks its NCCL ports; a server can find its "
+                   f"port taken by another's NCCL store (use base_port >= {high + 1}, e.g. 30000)")
+    return out
+
+
 def check_gpus_exist(cfg: JobConfig, device_count: int | None) -> None:
     """Refuse GPU indices the node does not have, when the driver can say how many it has
     (`device_count` None: no driver here, nothing to check). The simulator needs no GPU."""
@@ -494,7 +553,10 @@ def load_config(path: str | Path, workdir: str | Path | None = None) -> JobConfi
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"{path}: not valid TOML: {exc}") from None
     base = Path(workdir).expanduser().resolve() if workdir is not None else path.resolve().parent
-    return parse_config(data, base_dir=base)
+    cfg = parse_config(data, base_dir=base)
+    for line in load_warnings(cfg):
+        logging.getLogger("supervisor.config").warning("%s: %s", path, line)
+    return cfg
 
 
 def with_flags(cfg: JobConfig, flags: Mapping[str, Any]) -> JobConfig:

@@ -11,7 +11,7 @@ CONFIG = """
 count = 2
 model_path = "/models/nemotron"
 base_port = 30100
-flags = { mem-fraction-static = 0.88, max-running-requests = 64, enable-metrics = true, max-mamba-cache-size = 200 }
+flags = { mem-fraction-static = 0.88, max-running-requests = 64, enable-metrics = true, max-mamba-cache-size = 200, reasoning-parser = "qwen3" }
 """
 
 HELP = """usage: launch_server.py [-h] --model-path MODEL_PATH [--host HOST] [--port PORT]
@@ -19,6 +19,7 @@ HELP = """usage: launch_server.py [-h] --model-path MODEL_PATH [--host HOST] [--
   --max-running-requests MAX_RUNNING_REQUESTS, --max_running_requests
   --enable-metrics      Enable log prometheus metrics.
   --max-mamba-cache-size MAX_MAMBA_CACHE_SIZE
+  --reasoning-parser {auto,deepseek-r1,qwen3}
 """
 
 
@@ -34,7 +35,7 @@ def test_prints_each_server_command(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert rc == 0, out
     assert ("CUDA_VISIBLE_DEVICES=1 python -m sglang.launch_server --model-path /models/nemotron "
             "--host 127.0.0.1 --port 30101 --mem-fraction-static 0.88 --max-running-requests 64 "
-            "--enable-metrics --max-mamba-cache-size 200") in out
+            "--enable-metrics --max-mamba-cache-size 200 --reasoning-parser qwen3") in out
     assert "gpu0: GPUs 0, port 30100, 64 requests in flight" in out
     assert "flags OK" in out
 

@@ -12,7 +12,9 @@ import pytest
 from supervisor.config import ConfigError, Partition, load_config, parse_config, with_flags
 from tests.fixtures import REPO
 
-BASE = {"servers": {"count": 2, "model_path": "/models/m"}}
+# Thinking off: thinking on needs a reasoning-parser flag (tests/test_config_refusals.py).
+BASE = {"servers": {"count": 2, "model_path": "/models/m"},
+        "generation": {"enable_thinking": False}}
 
 
 def _with(section: str, **values) -> dict:
@@ -40,7 +42,7 @@ def test_defaults_and_relative_paths(tmp_path: Path):
 
 
 @pytest.mark.parametrize("data, fragment", [
-    ({"servers": {"count": 1, "model_path": "m"}, "jobs": {}}, "[jobs]: unknown section (allowed: [job]"),
+    ({**BASE, "jobs": {}}, "[jobs]: unknown section (allowed: [job]"),
     (_with("job", shard_sise=10), "job.shard_sise: unknown key (allowed: model, output, partition"),
     (_with("job", shard_size="500"), "job.shard_size: expected an integer, got '500'"),
     (_with("job", shard_size=0), "job.shard_size: must be > 0"),

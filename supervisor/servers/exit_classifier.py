@@ -1,25 +1,51 @@
-"""Why a server's life ended, in words an operator can act on.
+"""Why a server's life ended, in words an operator can act on, read from SGLang's own log lines.
 
-OOM is recognised from SGLang's own log lines (it often ends SIGKILLed right after them, so a
-signal-9 death that follows such a line is an OOM too); an unprompted exit is a crash with its
-code or signal; an unresponsive server is a hang; one that answers health probes but finishes
-nothing is a stall; one we stopped on purpose is "stopped".
+- config: exit status 2 after argparse's error line (a flag this SGLang does not take):
+  restarting cannot help, so the server is FAILED at once;
+- oom: SGLang's out-of-memory lines. SGLang often ends SIGKILLed right after them (its
+  launcher kills its own tree), so a signal-9 death after such a line is an OOM too;
+- hang: SGLang's own watchdog gave up on a forward batch, or our health probes failed;
+- crash: SGLang said a process died ("Scheduler hit an exception", "SIGQUIT received",
+  "Subprocess ... crashed"), or the process ended unprompted with its code or signal;
+- stall: it answers health probes but finishes nothing; stopped: we stopped it on purpose.
+
+What SGLang 0.5.23 logs, and where (paths under `sglang/`):
+- a scheduler exception: `Scheduler hit an exception: <traceback>`, then SIGQUIT to the
+  launcher (`srt/managers/scheduler.py`, run_scheduler_process), which logs `SIGQUIT
+  received. ... It usually means one child failed.` and SIGKILLs its tree and itself
+  (`srt/managers/tokenizer_manager.py` running_phase_sigquit_handler, `srt/utils/common.py`
+  kill_process_tree) -- so a crash ends by signal 9, like a kernel OOM kill does. While
+  loading, the launcher's handler says `Received sigquit from a child process. It usually
+  means the child failed.` instead (`srt/entrypoints/engine.py` launch_phase_sigquit_handler);
+- a child gone without a traceback: `Subprocess <name> (pid=N) crashed with exit code C.`
+  (`srt/utils/watchdog.py`, SubprocessWatchdog);
+- the hard watchdog: `Scheduler watchdog timeout (self.watchdog_timeout=..., self.soft=False)`
+  then SIGQUIT (`srt/utils/watchdog.py` WatchdogRaw; the soft one only dumps state);
+- retraction, which is normal operation under memory pressure, not a failure: `KV cache pool
+  is full. Retract requests. #retracted_reqs: ...` (`srt/managers/scheduler.py`); older
+  releases said `Decode out of memory happened. #retracted_reqs: ...`;
+- out of memory: `Not enough memory. Please try to increase --mem-fraction-static.`
+  (`srt/model_executor/pool_configurator.py`), `Prefill/Decode out of memory. Try to lower
+  your batch size.` (`srt/mem_cache/allocation.py`), torch's `CUDA out of memory` and the CUDA
+  runtime's `CUDA error: out of memory`.
 """
 
 from __future__ import annotations
 
+import re
 import signal
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Iterable
+from typing import Iterable, Sequence
 
 
 class ExitKind(StrEnum):
     OOM = "oom"
     CRASH = "crash"
-    HANG = "hang"              # health probes failed or timed out
+    HANG = "hang"              # health probes failed or timed out, or SGLang's watchdog fired
     STALL = "stall"            # requests in flight, none completing
     STARTUP_TIMEOUT = "startup_timeout"
+    CONFIG = "config"          # the launch flags were refused: restarting cannot help
     STOPPED = "stopped"        # by us: restart, retune, shutdown
 
 
@@ -36,11 +62,36 @@ class Trigger(StrEnum):
 
 OOM_MARKERS = (
     "CUDA out of memory",
+    "CUDA error: out of memory",
     "Not enough memory. Please try to increase --mem-fraction-static",
     "Prefill out of memory",
     "Decode out of memory",
     "OutOfMemoryError",  # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
 )
+
+# Retraction: SGLang freeing KV cache by sending requests back to its queue. It says "out of
+# memory" in older releases, but the server goes on serving; it never makes a death an OOM.
+RETRACTION_MARKERS = (
+    "Retract requests",
+    "#retracted_reqs",
+    "Decode out of memory happened",
+)
+
+CRASH_MARKERS = (
+    "Scheduler hit an exception",
+    "SIGQUIT received",                         # the launcher once serving
+    "Received sigquit from a child process",    # the launcher while loading
+)
+_SUBPROCESS_CRASHED = re.compile(r"Subprocess \S+ \(pid=\d+\) crashed")
+# "<Scheduler|TokenizerManager|...> watchdog timeout (self.watchdog_timeout=300, self.soft=False)"
+_WATCHDOG = re.compile(r"\b\w+ watchdog timeout\b")
+# argparse's error line: "<prog>: error: unrecognized arguments: --x" (prog is "sglang serve"
+# for SGLang 0.5.23's prepare_server_args); never a "[time] ..." log record.
+_ARGPARSE_ERROR = re.compile(
+    r"^[^\s\[][^:]*: error: (unrecognized arguments|ambiguous option|argument |"
+    r"the following arguments are required)")
+# Exit status 2 is argparse's (parser.error → sys.exit(2)).
+ARGPARSE_EXIT = 2
 
 
 @dataclass(frozen=True)
@@ -59,13 +110,71 @@ class ExitReason:
         return f"{self.kind}: {self.detail}"
 
 
+def is_retraction(line: str) -> bool:
+    return any(marker in line for marker in RETRACTION_MARKERS)
+
+
 def find_oom_line(lines: Iterable[str]) -> str | None:
-    """The last log line that says the server ran out of GPU memory."""
+    """The last log line that says the server ran out of GPU memory (retraction is not)."""
     found = None
     for line in lines:
-        if any(marker in line for marker in OOM_MARKERS):
+        if any(marker in line for marker in OOM_MARKERS) and not is_retraction(line):
             found = line
     return found
+
+
+def find_argparse_error(lines: Iterable[str]) -> str | None:
+    """argparse's error line: the launch flags were refused."""
+    found = None
+    for line in lines:
+        if _ARGPARSE_ERROR.match(line.strip()):
+            found = line
+    return found
+
+
+def find_watchdog_line(lines: Iterable[str]) -> str | None:
+    """The last hard-watchdog timeout (a forward batch that never finished)."""
+    found = None
+    for line in lines:
+        if _WATCHDOG.search(line) and "soft=True" not in line:
+            found = line
+    return found
+
+
+def _is_record_start(line: str) -> bool:
+    # SGLang's log records start "[2025-01-01 12:00:00 TP0] "; a traceback's lines do not.
+    return line.startswith("[")
+
+
+def _exception_line(lines: Sequence[str], start: int) -> str | None:
+    """The `Error: message` line that ends the traceback begun at lines[start]."""
+    found = None
+    for line in lines[start + 1:]:
+        if _is_record_start(line) or any(m in line for m in CRASH_MARKERS):
+            break
+        text = line.strip()
+        if (text and not line[:1].isspace() and not text.startswith(("Traceback", "During handling",
+                                                                   "The above exception"))):
+            found = text
+    return found
+
+
+def find_crash_line(lines: Iterable[str]) -> str | None:
+    """The first line where SGLang says one of its processes died (the cause; the SIGQUIT
+    and kill lines that follow are the consequence), with the exception that ended a
+    scheduler when its traceback is there."""
+    seq = list(lines)
+    for i, line in enumerate(seq):
+        if "Scheduler hit an exception" in line:
+            cause = _exception_line(seq, i)
+            head = line.strip()
+            return f"{head} ... {cause}" if cause and cause not in head else head
+        if _SUBPROCESS_CRASHED.search(line):
+            return line.strip()
+    for line in seq:
+        if any(m in line for m in CRASH_MARKERS):
+            return line.strip()
+    return None
 
 
 def _signal_name(sig: int) -> str:
@@ -91,12 +200,31 @@ def classify(trigger: Trigger, returncode: int | None, log_lines: Iterable[str],
     sig = -returncode if returncode is not None and returncode < 0 else None
     if trigger is Trigger.REQUESTED:
         return ExitReason(ExitKind.STOPPED, detail or "stopped by the supervisor", code, sig)
-    oom = find_oom_line(log_lines)
+    if trigger is Trigger.SPAWN_FAILED:
+        return ExitReason(ExitKind.CRASH, detail or "could not be started")
+    lines = list(log_lines)
+    seen = describe_returncode(returncode) if trigger is Trigger.EXITED else detail
+    if trigger is Trigger.EXITED and code == ARGPARSE_EXIT:
+        refused = find_argparse_error(lines)
+        if refused is not None:
+            return ExitReason(ExitKind.CONFIG, f"launch flags refused: {refused.strip()[:300]}",
+                              code, sig, refused)
+    oom = find_oom_line(lines)
     if oom is not None:
         # OOM wins over what we saw: a scheduler that OOMs can leave the HTTP front end
         # hanging, and the fix (lower mem-fraction / running requests) is the same.
-        seen = describe_returncode(returncode) if trigger is Trigger.EXITED else detail
         return ExitReason(ExitKind.OOM, f"{seen} after: {oom.strip()[:300]}", code, sig, oom)
+    watchdog = find_watchdog_line(lines)
+    if watchdog is not None:
+        # SGLang's watchdog saw a forward batch run past --watchdog-timeout and took the
+        # server down (SIGQUIT, then SIGKILL): a hang, whatever signal ended it.
+        return ExitReason(ExitKind.HANG, f"{seen} after: {watchdog.strip()[:300]}", code, sig,
+                          watchdog)
+    crash = find_crash_line(lines)
+    if crash is not None:
+        # SGLang's own account of a death: its SIGKILL is its own kill_process_tree, not
+        # the kernel's OOM killer.
+        return ExitReason(ExitKind.CRASH, f"{seen} after: {crash[:300]}", code, sig, crash)
     if trigger is Trigger.EXITED:
         text = describe_returncode(returncode)
         if sig == signal.SIGKILL:
@@ -104,8 +232,6 @@ def classify(trigger: Trigger, returncode: int | None, log_lines: Iterable[str],
         elif code == 0:
             text += " (unexpectedly)"
         return ExitReason(ExitKind.CRASH, text, code, sig)
-    if trigger is Trigger.SPAWN_FAILED:
-        return ExitReason(ExitKind.CRASH, detail or "could not be started")
     if trigger is Trigger.HEALTH:
         return ExitReason(ExitKind.HANG, detail or "health probes failed", code, sig)
     if trigger is Trigger.PROGRESS:

@@ -1,7 +1,11 @@
 """Probing SGLang's /health_generate: 200 only when the server can actually generate.
 
 (/health answers as soon as the HTTP front end is up; /health_generate runs a one-token
-generation, so it stays 503 through model load and CUDA graph capture.)
+generation, so it stays 503 through warmup.) Before that, real SGLang does not listen at all:
+the HTTP server starts only after the schedulers have loaded the model and reported ready
+(`sglang/srt/entrypoints/http_server.py` launch_server: `Engine._launch_subprocesses`, which
+waits for them, then the uvicorn server). So while STARTING a refused connection means "still
+loading", like a 503, until the startup timeout; only a READY server's refusal is a failure.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import httpx
 
 HEALTH_PATH = "/health_generate"
+NOT_LISTENING = "not accepting connections"
 
 
 async def probe(client: httpx.AsyncClient, base_url: str, timeout_s: float) -> tuple[bool, str]:
@@ -17,6 +22,8 @@ async def probe(client: httpx.AsyncClient, base_url: str, timeout_s: float) -> t
         resp = await client.get(base_url + HEALTH_PATH, timeout=timeout_s)
     except httpx.TimeoutException:
         return False, f"no answer within {timeout_s:g} s"
+    except httpx.ConnectError as exc:
+        return False, f"{NOT_LISTENING} ({exc})" if str(exc) else NOT_LISTENING
     except httpx.HTTPError as exc:
         return False, f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
     if resp.status_code == 200:

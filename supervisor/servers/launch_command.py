@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 from supervisor.config import DispatchSection, ServersSection
 
-# The dispatcher's per-server in-flight limit when neither config nor flags say.
+# The dispatcher's per-server in-flight limit when neither config nor flags say and the
+# server does not report its own on /server_info (see server_slots.py).
 DEFAULT_MAX_RUNNING = 32
 
 # systemd hands these to the daemon; a child that inherits NOTIFY_SOCKET could send READY or
@@ -101,8 +102,9 @@ def build_env(spec: ServerSpec, base: Mapping[str, str] | None = None) -> dict[s
     return env
 
 
-def max_running(servers: ServersSection, dispatch: DispatchSection) -> int:
-    """The dispatcher's in-flight limit for a server launched with these flags."""
+def max_running(servers: ServersSection, dispatch: DispatchSection) -> int | None:
+    """The dispatcher's in-flight limit for a server launched with these flags; None when
+    only the server can say (no --max-running-requests: SGLang sizes it from the KV pool)."""
     if dispatch.max_in_flight_per_server > 0:
         return dispatch.max_in_flight_per_server
-    return servers.max_running_requests() or DEFAULT_MAX_RUNNING
+    return servers.max_running_requests()

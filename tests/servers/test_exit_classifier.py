@@ -1,3 +1,7 @@
+"""Exit classification against SGLang 0.5.23's own log lines. Each line below is built the way
+SGLang writes it: `[%(asctime)s{prefix}] %(message)s` (`sglang/srt/utils/common.py`
+configure_logger) around the message in the file named beside it."""
+
 from __future__ import annotations
 
 import signal
@@ -6,12 +10,56 @@ import pytest
 
 from supervisor.servers.exit_classifier import ExitKind, Trigger, classify
 
+T = "[2026-12-04 03:12:45 TP0] "
+
+# sglang/srt/managers/scheduler.py (retract_decode's caller): the warning a retraction logs.
+RETRACT = (T + "KV cache pool is full. Retract requests. #retracted_reqs: 12, "
+           "#new_tokens_gained: 40960, #mamba_num_gained: 12, #new_token_ratio: 0.4100 -> 0.7000")
+# The same event as older SGLang releases worded it.
+RETRACT_OLD = T + "Decode out of memory happened. #retracted_reqs: 3, #new_token_ratio: 0.7 -> 1.0"
+
+# sglang/srt/managers/scheduler.py run_scheduler_process: the traceback, then SIGQUIT to the
+# launcher, whose handler (sglang/srt/managers/tokenizer_manager.py
+# running_phase_sigquit_handler) logs and kill_process_tree()s itself: SIGKILL.
+CRASH = [
+    T + "Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", '
+    "line 6367, in run_scheduler_process",
+    "    scheduler.run_event_loop()",
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "",
+    "[2026-12-04 03:12:45] SIGQUIT received. signum=3, frame=<frame at 0x7f, file "
+    "'/usr/lib/python3.11/threading.py', line 331, code wait>. It usually means one child failed.",
+    "[2026-12-04 03:12:45] kill_process_tree called: parent_pid=4242, include_parent=True, pid=4242",
+]
+# sglang/srt/utils/watchdog.py SubprocessWatchdog._check_processes.
+SUBPROCESS = ("[2026-12-04 03:12:45] Subprocess scheduler_0 (pid=4301) crashed with exit code -11. "
+              "Triggering SIGQUIT for cleanup...")
+# sglang/srt/utils/watchdog.py WatchdogRaw._watchdog_once, debug_name "Scheduler"
+# (sglang/srt/managers/scheduler_components/invariant_checker.py).
+WATCHDOG = T + "Scheduler watchdog timeout (self.watchdog_timeout=300, self.soft=False)"
+SOFT_WATCHDOG = T + "Scheduler watchdog timeout (self.watchdog_timeout=60, self.soft=True)"
+# sglang/srt/server_args.py prepare_server_args: parser.parse_args on ArgumentParser(prog="sglang
+# serve"); argparse prints usage and this line, then exits 2.
+USAGE = "usage: sglang serve [-h] --model-path MODEL_PATH [--host HOST] [--port PORT] ..."
+UNRECOGNIZED = "sglang serve: error: unrecognized arguments: --max-mamba-cache-slots 160"
+AMBIGUOUS = ("sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
+             "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill")
+BAD_CHOICE = ("sglang serve: error: argument --reasoning-parser: invalid choice: 'qwen9' "
+              "(choose from 'auto', 'deepseek-r1', 'qwen3')")
+
 
 @pytest.mark.parametrize("line", [
+    # torch's allocator message (what a scheduler traceback ends with).
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+    # The CUDA runtime's text for cudaErrorMemoryAllocation, as torch raises it (SGLang's own
+    # sglang/multimodal_gen/test/unit/test_warmup_probe_degradation.py treats it as OOM).
+    "RuntimeError: CUDA error: out of memory",
+    # sglang/srt/model_executor/pool_configurator.py.
     "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.",
-    "[2025-01-01 00:00:00 TP0] Prefill out of memory. Try to lower your batch size.",
-    "Decode out of memory happened. #retracted_reqs: 3",
+    # sglang/srt/mem_cache/allocation.py (both raise RuntimeError after logging).
+    T + "Prefill out of memory. Try to lower your batch size.",
+    T + "Decode out of memory. Try to lower your batch size.",
     "torch.OutOfMemoryError: something",
 ])
 def test_oom_lines_win_over_exit_code(line: str) -> None:
@@ -20,12 +68,73 @@ def test_oom_lines_win_over_exit_code(line: str) -> None:
 
 
 def test_sigkill_after_oom_lines_is_oom() -> None:
-    r = classify(Trigger.EXITED, -signal.SIGKILL, ["Decode out of memory happened"])
+    oom_crash = [CRASH[0], "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB",
+                 *CRASH[4:]]
+    r = classify(Trigger.EXITED, -signal.SIGKILL, oom_crash)
     assert r.kind is ExitKind.OOM and r.signal == 9
-    assert "killed by signal 9 (SIGKILL)" in r.detail
+    assert "killed by signal 9 (SIGKILL)" in r.detail and "CUDA out of memory" in r.evidence
 
 
-def test_sigkill_without_oom_lines_is_a_crash_with_a_hint() -> None:
+@pytest.mark.parametrize("retraction", [RETRACT, RETRACT_OLD])
+def test_retraction_is_normal_and_never_makes_a_later_death_oom(retraction: str) -> None:
+    # Hours of retraction under memory pressure, then an unrelated scheduler crash.
+    r = classify(Trigger.EXITED, -signal.SIGKILL, [retraction] * 50 + CRASH)
+    assert r.kind is ExitKind.CRASH
+    assert r.evidence == ("[2026-12-04 03:12:45 TP0] Scheduler hit an exception: Traceback (most "
+                          "recent call last): ... RuntimeError: CUDA error: an illegal memory "
+                          "access was encountered")
+    # ...or a signal 9 with nothing else said: still not an OOM.
+    assert classify(Trigger.EXITED, -9, [retraction]).kind is ExitKind.CRASH
+    assert classify(Trigger.HEALTH, -15, [retraction], "hung").kind is ExitKind.HANG
+
+
+def test_sglang_crash_ends_by_sigkill_and_is_a_crash_without_the_oom_killer_hint() -> None:
+    r = classify(Trigger.EXITED, -signal.SIGKILL, CRASH)
+    assert (r.kind, r.signal, r.exit_code) == (ExitKind.CRASH, 9, None)
+    assert "OOM killer" not in r.detail
+    assert r.detail.startswith("killed by signal 9 (SIGKILL) after: ")
+    assert "an illegal memory access" in r.detail
+
+
+# sglang/srt/entrypoints/engine.py launch_phase_sigquit_handler: the launcher's line while loading.
+LAUNCH_SIGQUIT = ("[2026-12-04 03:01:02] Received sigquit from a child process. It usually means "
+                  "the child failed.")
+
+
+@pytest.mark.parametrize("lines, evidence", [
+    ([SUBPROCESS, CRASH[5]], SUBPROCESS),
+    # Only the launcher's line survived (the scheduler's went to a rotated file).
+    ([CRASH[5]], CRASH[5]),
+    ([LAUNCH_SIGQUIT], LAUNCH_SIGQUIT),
+])
+def test_subprocess_crashed_and_sigquit_alone_are_crashes(lines: list[str], evidence: str) -> None:
+    r = classify(Trigger.EXITED, -signal.SIGKILL, lines)
+    assert r.kind is ExitKind.CRASH and r.evidence == evidence and "OOM killer" not in r.detail
+
+
+def test_sglang_watchdog_timeout_is_a_hang_whatever_ends_it() -> None:
+    r = classify(Trigger.EXITED, -signal.SIGKILL, [WATCHDOG, CRASH[5], CRASH[6]])
+    assert r.kind is ExitKind.HANG and r.evidence == WATCHDOG and r.signal == 9
+    assert classify(Trigger.HEALTH, -15, [WATCHDOG], "probes failed").kind is ExitKind.HANG
+    # The soft watchdog only dumps state; the server lives on.
+    assert classify(Trigger.EXITED, -9, [SOFT_WATCHDOG]).kind is ExitKind.CRASH
+
+
+@pytest.mark.parametrize("error", [UNRECOGNIZED, AMBIGUOUS, BAD_CHOICE])
+def test_argparse_refusal_with_exit_2_is_a_config_error(error: str) -> None:
+    r = classify(Trigger.EXITED, 2, [USAGE, error])
+    assert r.kind is ExitKind.CONFIG and r.evidence == error and r.exit_code == 2
+    assert r.detail == f"launch flags refused: {error}"
+
+
+def test_argparse_looking_lines_without_exit_2_are_not_config_errors() -> None:
+    assert classify(Trigger.EXITED, 1, [USAGE, UNRECOGNIZED]).kind is ExitKind.CRASH
+    # A log record that merely quotes such words is not argparse's line.
+    assert classify(Trigger.EXITED, 2, [T + "x: error: unrecognized arguments: y"]).kind \
+        is ExitKind.CRASH
+
+
+def test_sigkill_without_any_line_is_a_crash_with_a_hint() -> None:
     r = classify(Trigger.EXITED, -9, ["all fine"])
     assert r.kind is ExitKind.CRASH and r.signal == 9 and "OOM killer" in r.detail
 

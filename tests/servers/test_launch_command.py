@@ -3,8 +3,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from supervisor.config import DispatchSection, JobConfig, ServersSection
-from supervisor.servers.launch_command import (DEFAULT_MAX_RUNNING, build_env, build_specs,
-                                               flag_args, max_running)
+from supervisor.servers.launch_command import build_env, build_specs, flag_args, max_running
 
 
 def _servers(**kw) -> ServersSection:
@@ -43,8 +42,9 @@ def test_env_drops_notify_socket_and_sets_devices() -> None:
     assert env == {"PATH": "/bin", "CUDA_VISIBLE_DEVICES": "2,3", "PYTHONUNBUFFERED": "1"}
 
 
-def test_max_running_follows_config_then_flag_then_default() -> None:
-    assert max_running(_servers(), DispatchSection()) == DEFAULT_MAX_RUNNING == 32
+def test_max_running_follows_config_then_flag_else_the_server_says() -> None:
+    # No flag: only the server knows (server_slots.py reads it from /server_info).
+    assert max_running(_servers(), DispatchSection()) is None
     assert max_running(_servers(flags={"max-running-requests": 64}), DispatchSection()) == 64
     assert max_running(_servers(flags={"max-running-requests": 64}),
                        DispatchSection(max_in_flight_per_server=10)) == 10

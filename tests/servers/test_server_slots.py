@@ -1,0 +1,126 @@
+"""The dispatcher's slots read from SGLang's /server_info: `internal_states`, one per DP rank
+that answered (`sglang/srt/entrypoints/http_server.py` server_info,
+`sglang/srt/managers/tokenizer_control_mixin.py` get_internal_state), each carrying
+`effective_max_running_requests_per_dp` (`sglang/srt/managers/scheduler_components/
+internal_state.py`). Real HTTP on loopback: the simulator, and a server that answers
+/server_info without them."""
+
+from __future__ import annotations
+
+import logging
+import subprocess
+import sys
+from dataclasses import replace
+from typing import Any, Callable, Iterator
+
+import anyio
+import httpx
+import pytest
+
+from supervisor.config import DispatchSection, ServersSection
+from supervisor.free_ports import free_port
+from supervisor.servers.server_slots import (Slots, read_server_slots, server_slots,
+                                             slots_from_server_info)
+from tests.fixtures import REPO
+from tests.fixtures.sim_servers import SimServer
+
+
+def _state(per_dp: Any) -> dict[str, Any]:
+    # A few of the keys one internal state carries besides the one read here.
+    return {"world_size": 1, "last_gen_throughput": 0.0,
+            "effective_max_running_requests_per_dp": per_dp}
+
+
+@pytest.mark.parametrize("info, expected", [
+    ({"dp_size": 1, "internal_states": [_state(2048)]}, 2048),
+    # Two data-parallel replicas, both answering: the server runs both at once.
+    ({"dp_size": 2, "internal_states": [_state(48), _state(48)]}, 96),
+    # Attention DP (flag split per rank): one group leader answering for 4 ranks.
+    ({"dp_size": 1, "attn_dp_size": 4, "internal_states": [_state(16)]}, 64),
+    # No dp_size key at all: one answer, one rank.
+    ({"internal_states": [_state(7)]}, 7),
+])
+def test_the_limit_is_summed_over_the_servers_dp_ranks(info: dict, expected: int) -> None:
+    assert slots_from_server_info(info) == (expected, "")
+
+
+@pytest.mark.parametrize("info, why", [
+    ({}, "/server_info has no internal_states"),
+    ({"internal_states": []}, "/server_info has no internal_states"),
+    ({"internal_states": [{"world_size": 1}]},
+     "/server_info internal_states carry no effective_max_running_requests_per_dp"),
+    ({"internal_states": [_state(0)]},
+     "/server_info internal_states carry no effective_max_running_requests_per_dp"),
+    ({"internal_states": [_state(True)]},
+     "/server_info internal_states carry no effective_max_running_requests_per_dp"),
+    ([1, 2], "/server_info is not a JSON object"),
+])
+def test_answers_without_a_usable_limit_say_why(info: Any, why: str) -> None:
+    assert slots_from_server_info(info) == (None, why)
+
+
+@pytest.fixture
+def no_limit_server() -> Iterator[str]:
+    """tests/fixtures/odd_chat_server.py: answers every GET with `{}`."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(REPO / "tests" / "fixtures" / "odd_chat_server.py"),
+                             str(port), "abort"])
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+async def _listening(url: str) -> None:
+    async with httpx.AsyncClient(trust_env=False) as client:
+        with anyio.fail_after(20):
+            while True:
+                try:
+                    await client.get(url + "/health", timeout=1.0)
+                    return
+                except httpx.HTTPError:
+                    await anyio.sleep(0.05)
+
+
+SERVERS = ServersSection(count=1, model_path="m", health_timeout_s=5.0)
+
+
+async def test_a_server_without_the_limit_falls_back_with_a_log_line(
+        no_limit_server: str, caplog: pytest.LogCaptureFixture) -> None:
+    await _listening(no_limit_server)
+    caplog.set_level(logging.INFO, logger="supervisor.servers")
+    async with httpx.AsyncClient(trust_env=False) as client:
+        assert await read_server_slots(client, no_limit_server, 5.0) == (
+            None, "/server_info has no internal_states")
+        slots = await server_slots("gpu3", client, no_limit_server, SERVERS, DispatchSection())
+    assert slots == Slots(32, "default")
+    assert [r.getMessage() for r in caplog.records] == [
+        "gpu3: no max-running-requests flag and /server_info has no internal_states; "
+        "dispatching 32 at once"]
+
+
+async def test_a_server_that_does_not_answer_falls_back_too() -> None:
+    url = f"http://127.0.0.1:{free_port()}"          # nothing listens there
+    async with httpx.AsyncClient(trust_env=False) as client:
+        value, why = await read_server_slots(client, url, 2.0)
+        assert value is None and why.startswith("/server_info: ConnectError")
+        assert await server_slots("gpu0", client, url, SERVERS, DispatchSection()) == \
+            Slots(32, "default")
+
+
+async def test_the_simulated_sglang_reports_its_own_limit(
+        sim_server: Callable[..., SimServer]) -> None:
+    # Hybrid model: the scheduler caps running requests at max-mamba-cache-size // 3.
+    sim = await anyio.to_thread.run_sync(lambda: sim_server("--max-mamba-cache-size", "30"))
+    async with httpx.AsyncClient(trust_env=False) as client:
+        assert await read_server_slots(client, sim.base_url, 5.0) == (10, "")
+        assert await server_slots("gpu0", client, sim.base_url, SERVERS, DispatchSection()) \
+            == Slots(10, "server")
+        flagged = replace(SERVERS, flags={"max-running-requests": 8})
+        assert await server_slots("gpu0", client, sim.base_url, flagged, DispatchSection()) \
+            == Slots(8, "flag")
+        # The config's own limit is never second-guessed, nor is the server asked.
+        assert await server_slots("gpu0", client, "http://127.0.0.1:9", flagged,
+                                  DispatchSection(max_in_flight_per_server=3)) == \
+            Slots(3, "dispatch")
