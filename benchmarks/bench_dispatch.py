@@ -75,7 +75,7 @@ def prompts(n: int) -> list[dict]:
 def config(tmp: Path, max_tokens: int, slots: int):
     return parse_config({
         "job": {"model": "bench"}, "generation": {"max_tokens": max_tokens},
-        "servers": {"count": 1, "model_path": "m"},
+        "servers": {"count": 1, "model_path": "m", "flags": {"reasoning-parser": "qwen3"}},
         "dispatch": {"max_in_flight_per_server": slots, "request_timeout_s": 120.0},
         "quality": {"max_bad_rate": 1.0}}, base_dir=tmp)
 

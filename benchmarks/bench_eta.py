@@ -65,7 +65,8 @@ async def run_job(urls: list[str], n: int, slots: int, window_s: float,
         astore = AsyncStore(store)
         cfg = parse_config({
             "job": {"model": "bench"}, "generation": {"max_tokens": 4096},
-            "servers": {"count": len(urls), "model_path": "m"},
+            "servers": {"count": len(urls), "model_path": "m",
+                        "flags": {"reasoning-parser": "qwen3"}},
             "dispatch": {"max_in_flight_per_server": slots, "request_timeout_s": 600.0},
             "quality": {"max_bad_rate": 1.0, "metrics_window_s": window_s}},
             base_dir=Path(tmp))

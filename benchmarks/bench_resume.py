@@ -48,7 +48,8 @@ def build(work: Path, n: int) -> Path:
     generate(prompts, n)
     cfg = parse_config({"job": {"prompts": str(prompts), "state": str(work / "job.db"),
                                 "output": str(work / "out")},
-                        "servers": {"count": 1, "model_path": "m"}}, base_dir=work)
+                        "servers": {"count": 1, "model_path": "m"},
+                        "generation": {"enable_thinking": False}}, base_dir=work)
     store = Store.open(work / "job.db")
     t0 = time.perf_counter()
     import_prompts(store, cfg)
@@ -97,7 +98,8 @@ def child(work: Path, mode: str) -> dict:
 
         cfg = parse_config({"job": {"prompts": paths["prompts"], "state": paths["db"],
                                     "output": str(work / "out")},
-                            "servers": {"count": 1, "model_path": "m"}}, base_dir=work)
+                            "servers": {"count": 1, "model_path": "m"},
+                        "generation": {"enable_thinking": False}}, base_dir=work)
         store = Store.open(paths["db"])
         recovered = store.recover_in_flight()
         import_prompts(store, cfg)

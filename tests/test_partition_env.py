@@ -12,7 +12,8 @@ import pytest
 from supervisor.config import ConfigError, Partition, load_config, parse_config
 from supervisor.partition_env import PartitionEnvError, resolve
 
-AUTO = {"servers": {"count": 1, "model_path": "/m"}, "job": {"partition": "auto"}}
+AUTO = {"servers": {"count": 1, "model_path": "/m"}, "job": {"partition": "auto"},
+        "generation": {"enable_thinking": False}}
 
 
 def _slurm(task: int, count: int, low: int = 0, step: int | None = None) -> dict[str, str]:
@@ -92,7 +93,8 @@ def test_run_refuses_auto_outside_a_scheduler_with_one_line(tmp_path: Path):
 def test_workdir_is_the_base_of_relative_paths(tmp_path: Path):
     config = tmp_path / "shared" / "job.toml"
     config.parent.mkdir()
-    config.write_text('[job]\nstate = "job.db"\n[servers]\ncount = 1\nmodel_path = "/m"\n')
+    config.write_text('[job]\nstate = "job.db"\n[generation]\nenable_thinking = false\n'
+                      '[servers]\ncount = 1\nmodel_path = "/m"\n')
     node = tmp_path / "node-1"
     cfg = load_config(config, workdir=node)
     assert cfg.path(cfg.job.state) == node.resolve() / "job.db"

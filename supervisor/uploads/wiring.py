@@ -58,6 +58,7 @@ def config_for_output(location: str) -> tuple[JobConfig, Path]:
     if data.get("partition"):
         job["partition"] = data["partition"]
     uploads = {k: v for k, v in data["uploads"].items() if v is not None}
-    cfg = parse_config({"job": job, "uploads": uploads,
+    # Servers and generation only have to be valid: nothing is launched or generated.
+    cfg = parse_config({"job": job, "uploads": uploads, "generation": {"enable_thinking": False},
                         "servers": {"count": 1, "model_path": "-"}})
     return cfg, Path(data["spool"])

@@ -10,7 +10,8 @@ from supervisor.config import load_config, parse_config
 from supervisor.job.reload_plan import ReloadRefused, diff, load_for_reload, plan_reload
 
 BASE = {"servers": {"count": 2, "model_path": "m",
-                    "flags": {"max-running-requests": 8, "context-length": 8192}}}
+                    "flags": {"max-running-requests": 8, "context-length": 8192,
+                              "reasoning-parser": "qwen3"}}}
 
 
 def cfg(**sections):
@@ -49,7 +50,8 @@ def test_live_keys_are_applied_live():
 def test_flag_changes_roll_and_removed_flags_are_none():
     old = cfg(servers={"flags": {"mem-fraction-static": 0.9}})
     new = parse_config({"servers": {"count": 2, "model_path": "m", "flags": {
-        "max-running-requests": 16, "context-length": 8192, "enable-metrics": True}}})
+        "max-running-requests": 16, "context-length": 8192, "enable-metrics": True,
+        "reasoning-parser": "qwen3"}}})
     plan = plan_reload(old, new)
     assert plan.live == ()
     assert plan.flag_delta() == {"max-running-requests": 16, "mem-fraction-static": None,
