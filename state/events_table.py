@@ -8,12 +8,13 @@ from typing import Any
 
 from state.connection import StoreConnection, dumps
 from state.records import Event
+from supervisor.contract.event_kinds import EventKind
 
 
 class EventsTable(StoreConnection):
     """Append and read events."""
 
-    def add_event(self, kind: str, subject: str, detail: dict[str, Any], actor: str,
+    def add_event(self, kind: EventKind, subject: str, detail: dict[str, Any], actor: str,
                   now: float | None = None) -> int:
         with self._tx() as conn:
             cur = conn.execute(

@@ -14,6 +14,7 @@ from typing import Any, Sequence
 
 from state.connection import StoreConnection, dumps
 from state.records import FAILED, PENDING, ImportRow
+from supervisor.contract.event_kinds import EventKind
 
 
 class PromptRework(StoreConnection):
@@ -40,8 +41,8 @@ class PromptRework(StoreConnection):
                       "first_ids": [r[0] for r in rows[:20]],
                       "attempts_used": sum(int(r[1]) for r in rows), **(caller or {})}
             conn.execute("INSERT INTO events (time, kind, subject, detail, actor) "
-                         "VALUES (?, 'requeue_failed', 'prompts', ?, ?)",
-                         (time.time(), dumps(detail), actor))
+                         "VALUES (?, ?, 'prompts', ?, ?)",
+                         (time.time(), EventKind.REQUEUE_FAILED, dumps(detail), actor))
         return len(rows)
 
     def changed_prompts(self, rows: Sequence[ImportRow]) -> list[ImportRow]:
@@ -82,9 +83,10 @@ class PromptRework(StoreConnection):
                 self._move(conn, src, PENDING, moved[src])
             n = sum(moved.values())
             conn.execute("INSERT INTO events (time, kind, subject, detail, actor) "
-                         "VALUES (?, 'reimport_changed', 'prompts', ?, ?)",
-                         (time.time(), dumps({"count": n, "was_done": moved["done"],
-                                               "was_failed": moved["failed"],
-                                               "first_ids": [r.id for r in rows[:20]]}),
+                         "VALUES (?, ?, 'prompts', ?, ?)",
+                         (time.time(), EventKind.REIMPORT_CHANGED,
+                          dumps({"count": n, "was_done": moved["done"],
+                                 "was_failed": moved["failed"],
+                                 "first_ids": [r.id for r in rows[:20]]}),
                           actor))
         return n

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import sqlite3
 
+from supervisor.contract.event_kinds import EventKind
+
 SCHEMA_VERSION = 4
 
 _V1 = [
@@ -144,7 +146,7 @@ _V2 = [
            datetime(min(time), 'unixepoch') AS first_at,
            datetime(max(time), 'unixepoch') AS last_at
     FROM events
-    WHERE kind = 'server_state'
+    WHERE kind = '{EventKind.SERVER_STATE}'
       AND (json_extract(detail, '$.to') IN ('BACKOFF', 'FAILED')
            OR (json_extract(detail, '$.to') = 'STOPPED' AND actor NOT IN {_INTERNAL_ACTORS}))
     GROUP BY 1, 2 ORDER BY server, restarts DESC

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from state.connection import StoreConnection, dumps
+from supervisor.contract.event_kinds import EventKind
 
 
 
@@ -52,8 +53,9 @@ class ShardAudit(StoreConnection):
                          "etag = NULL, checksum = NULL, last_error = ? WHERE id = ?",
                          (why, shard_id))
             conn.execute("INSERT INTO events (time, kind, subject, detail, actor) "
-                         "VALUES (?, 'shard_mismatch', ?, ?, ?)",
-                         (time.time(), got[0], dumps({"why": why, "was": got[1]}), actor))
+                         "VALUES (?, ?, ?, ?, ?)",
+                         (time.time(), EventKind.SHARD_MISMATCH, got[0],
+                          dumps({"why": why, "was": got[1]}), actor))
         return True
 
     def shard_keys(self) -> set[str]:

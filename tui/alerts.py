@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from supervisor.contract.status import Event, ServerState, Status
+from supervisor.contract.event_kinds import EventKind
 from tui.formatting import one_line
 from tui.link_state import LinkState
 
@@ -26,9 +27,9 @@ def daemon_stop(events: tuple[Event, ...]) -> str | None:
     """Why the daemon last stopped on purpose ("finished", "stopped by SIGTERM"), when its
     newest start/stop event is a stop."""
     for e in reversed(events):
-        if e.kind == "job_started":
+        if e.kind == EventKind.JOB_STARTED:
             return None
-        if e.kind == "job_stopped":
+        if e.kind == EventKind.JOB_STOPPED:
             return str(e.detail().get("reason") or "stopped")
     return None
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from supervisor.contract.status import Event
+from supervisor.contract.event_kinds import EventKind
 from tui.formatting import one_line
 
 
@@ -12,50 +13,50 @@ def describe(event: Event) -> str:
     """The event without its time: `gpu3 READY -> BACKOFF: oom: CUDA out of memory`."""
     d = event.detail()
     k = event.kind
-    if k == "server_state":
+    if k == EventKind.SERVER_STATE:
         text = f"{event.subject} {d.get('from', '?')} → {d.get('to', '?')}"
         reason = d.get("reason")
         return f"{text}: {reason}" if reason else text
-    if k == "max_tokens":
+    if k == EventKind.MAX_TOKENS:
         return f"max tokens {d.get('from', '?')} → {d.get('to', '?')}"
-    if k == "requeue_truncated":
+    if k == EventKind.REQUEUE_TRUNCATED:
         return (f"requeued {d.get('count', '?')} truncated prompts "
                 f"(under {d.get('below_max_tokens', '?')} tokens)")
-    if k == "paused":
+    if k == EventKind.PAUSED:
         return f"paused ({event.subject}): {d.get('reason', '')}"
-    if k == "resumed":
+    if k == EventKind.RESUMED:
         return f"resumed ({event.subject}); was: {d.get('was', '')}"
-    if k == "server_retune":
+    if k == EventKind.SERVER_RETUNE:
         flags = d.get("flags")
         shown = " ".join(f"--{n} {v}" for n, v in flags.items()) if isinstance(flags, dict) else ""
         target = "all servers" if event.subject == "*" else event.subject
         return f"retune {target}: {shown}".rstrip()
-    if k == "uploads_stopped":
+    if k == EventKind.UPLOADS_STOPPED:
         return f"UPLOADS STOPPED: {d.get('reason', '')}"
-    if k == "uploads_failing":
+    if k == EventKind.UPLOADS_FAILING:
         return f"uploads failing ({d.get('shard', '?')}): {d.get('error', '')}"
-    if k == "uploads_recovered":
+    if k == EventKind.UPLOADS_RECOVERED:
         return f"uploads recovered after {d.get('failures', '?')} failures"
-    if k == "upload_corrupt":
+    if k == EventKind.UPLOAD_CORRUPT:
         return f"{event.subject}: stored bytes differed, uploading again"
-    if k == "control_action":
+    if k == EventKind.CONTROL_ACTION:
         # The socket's audit row (who asked, what, the answer); what it changed follows as
         # its own event. Shown as the request, briefly.
         request = d.get("request")
         args = " ".join(f"{n}={json.dumps(v, ensure_ascii=False)}"
                         for n, v in request.items()) if isinstance(request, dict) else ""
         return f"asked: {event.subject} {args}".rstrip()
-    if k == "job_started":
+    if k == EventKind.JOB_STARTED:
         return f"daemon started (pid {d.get('pid', '?')}, {d.get('servers', '?')} servers)"
-    if k == "job_stopped":
+    if k == EventKind.JOB_STOPPED:
         return (f"daemon stopped: {d.get('reason', '?')} "
                 f"({d.get('done', '?')} done, {d.get('pending', '?')} pending)")
-    if k == "recovered_in_flight":
+    if k == EventKind.RECOVERED_IN_FLIGHT:
         return f"{d.get('count', '?')} prompts in flight at the last stop went back to pending"
-    if k == "server_overcommit":
+    if k == EventKind.SERVER_OVERCOMMIT:
         what = "over-committed" if d.get("overcommitted") else "no longer over-committed"
         return f"{event.subject} {what}: {d.get('reason', '')}".rstrip(": ")
-    if k == "orphan_stopped":
+    if k == EventKind.ORPHAN_STOPPED:
         return f"{event.subject}: stopped a server left by an earlier daemon"
     rest = json.dumps(d, ensure_ascii=False, separators=(", ", ": ")) if d else ""
     return f"{k} {event.subject} {rest}".rstrip()

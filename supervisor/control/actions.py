@@ -25,6 +25,7 @@ from supervisor.contract.actions import (FlagChange, LogTail, MaxTokensRequest, 
                                          RestartRequest, RestartResult, ResumeResult,
                                          RetuneRequest, RetuneResult)
 from supervisor.contract.codec import to_plain
+from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.status import flag_value
 from supervisor.control.peer import actor_of
 from supervisor.dispatch.dispatcher import Dispatcher
@@ -85,7 +86,7 @@ class Actions:
                     result: Any) -> None:
         detail = {"request": to_plain(request), "result": to_plain(result),
                   "caller": to_plain(caller)}
-        await self.astore.call(Store.add_event, "control_action", action, detail,
+        await self.astore.call(Store.add_event, EventKind.CONTROL_ACTION, action, detail,
                                actor_of(caller), self.clock())
         log.info("control: %s by %s: %s", action, actor_of(caller), to_plain(result))
 

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from supervisor.contract.event_kinds import EventKind
 from supervisor.contract import status as c
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -27,7 +28,7 @@ class RestartCauses:
         self.counts: Counter[tuple[str, str]] = Counter()
 
     def observe(self, e: c.Event) -> None:
-        if e.kind != "server_state":
+        if e.kind != EventKind.SERVER_STATE:
             return
         d = e.detail()
         to = d.get("to")

@@ -25,6 +25,7 @@ from state.records import ClaimedPrompt, Outcome, Requeue, Retry
 from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
+from supervisor.contract.event_kinds import EventKind
 from supervisor.dispatch.bad_output_pause import BadOutputPause
 from supervisor.dispatch.completion import (Answer, Completion, Retryable, classify_response,
                                             request_body)
@@ -217,7 +218,7 @@ class Dispatcher:
         log.warning("dispatch paused (%s): %s", key, reason)
         if key == "operator":
             await self.astore.call(Store.set_setting, Setting.OPERATOR_PAUSE, reason)
-        await self.astore.call(Store.add_event, "paused", key, {"reason": reason}, actor,
+        await self.astore.call(Store.add_event, EventKind.PAUSED, key, {"reason": reason}, actor,
                                self.clock())
         self.poke()
 
@@ -235,7 +236,7 @@ class Dispatcher:
             # The same for the breaker: its window is full of the errors that opened it.
             self.breaker.reset()
         log.info("dispatch resumed (%s)", key)
-        await self.astore.call(Store.add_event, "resumed", key, {"was": reason}, actor,
+        await self.astore.call(Store.add_event, EventKind.RESUMED, key, {"was": reason}, actor,
                                self.clock())
         self.poke()
         return True
@@ -253,7 +254,7 @@ class Dispatcher:
                              f"({context}): SGLang would refuse every request")
         old, self.max_tokens = self.max_tokens, value
         await self.astore.call(Store.set_setting, Setting.MAX_TOKENS, str(value))
-        await self.astore.call(Store.add_event, "max_tokens", "generation",
+        await self.astore.call(Store.add_event, EventKind.MAX_TOKENS, "generation",
                                {"from": old, "to": value}, actor, self.clock())
         return old
 
@@ -262,7 +263,7 @@ class Dispatcher:
         the current one; its new result replaces its line in its shard. Degenerate loops
         are left alone unless `include_loops`: they would loop again, at the new limit."""
         count = await self.astore.call(Store.requeue_truncated, self.max_tokens, include_loops)
-        await self.astore.call(Store.add_event, "requeue_truncated", "generation",
+        await self.astore.call(Store.add_event, EventKind.REQUEUE_TRUNCATED, "generation",
                                {"count": count, "below_max_tokens": self.max_tokens,
                                 "include_loops": include_loops}, actor, self.clock())
         self.poke()
@@ -443,13 +444,13 @@ class Dispatcher:
             log.error("dispatch paused: %s", reason)
             # The event names the error and carries one whole message, so an operator sees
             # what to fix without reading the server logs.
-            self._event("paused", BREAKER, {"reason": reason, "error": trip.kind,
+            self._event(EventKind.PAUSED, BREAKER, {"reason": reason, "error": trip.kind,
                                             "sample": trip.sample, "errors": trip.counts},
                         "supervisor")
             self.poke()
         return self.breaker.open
 
     def _paused_on_bad_output(self, reason: str, problems: tuple[str, ...]) -> None:
-        self._event("paused", "quality", {"reason": reason, "problems": list(problems)},
+        self._event(EventKind.PAUSED, "quality", {"reason": reason, "problems": list(problems)},
                     "quality-gate")
         self.poke()

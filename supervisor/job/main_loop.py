@@ -28,6 +28,7 @@ from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.control import socket_file
 from supervisor.contract.status import Status
+from supervisor.contract.event_kinds import EventKind
 from supervisor.control.server import ControlServer
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu import GpuSampler, GpuSource, NvmlSource
@@ -214,7 +215,7 @@ class Job:
         already_finished = counts.total > 0 and counts.pending + counts.in_flight == 0
         async with dispatcher.running():
             fleet = self.fleet = status.fleet = Fleet(cfg, astore, dispatcher, self.fleet_options)
-            await astore.call(Store.add_event, "job_started", "job",
+            await astore.call(Store.add_event, EventKind.JOB_STARTED, "job",
                               {"pid": os.getpid(), "servers": len(fleet.servers),
                                "already_finished": already_finished},
                               "supervisor", time.time())
@@ -248,7 +249,7 @@ class Job:
         if self._stop is not None and self._stop.report is not None:
             detail.update(self._stop.report.as_detail())
             log.warning("%s: %s", self._reason, self._stop.report.line())
-        await astore.call(Store.add_event, "job_stopped", "job", detail, "supervisor",
+        await astore.call(Store.add_event, EventKind.JOB_STOPPED, "job", detail, "supervisor",
                           time.time())
         if backup is not None:
             # Last, so the copy holds every outcome, the final shards' uploads and the stop.

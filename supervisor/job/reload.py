@@ -17,6 +17,7 @@ from typing import Any
 import anyio
 
 from state.store import Store
+from supervisor.contract.event_kinds import EventKind
 from supervisor.config import JobConfig
 from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused, load_for_reload
 from supervisor.uploads.backoff import Backoff
@@ -49,8 +50,8 @@ async def reload_job(job: Any, actor: str) -> str:
             event = {"result": "applied", "rolling_restart": bool(plan.rolling),
                      "changes": {c.key: c.as_json() for c in plan.changes}}
         if job.dispatcher is not None:
-            await job.dispatcher.astore.call(Store.add_event, "config_reload", "job", event,
-                                             actor, time.time())
+            await job.dispatcher.astore.call(Store.add_event, EventKind.CONFIG_RELOAD, "job",
+                                             event, actor, time.time())
         job.systemd.reloaded(line)
         return line
 

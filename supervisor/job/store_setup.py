@@ -10,6 +10,7 @@ from typing import Callable
 from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
+from supervisor.contract.event_kinds import EventKind
 
 log = logging.getLogger("supervisor.job")
 
@@ -74,7 +75,7 @@ def open_job_store(config: JobConfig, *, before_open: Callable[[], None] | None 
         if recovered:
             log.info("%d prompts were in flight when the last daemon stopped: pending again",
                      recovered)
-            store.add_event("recovered_in_flight", "job", {"count": recovered},
+            store.add_event(EventKind.RECOVERED_IN_FLIGHT, "job", {"count": recovered},
                             "supervisor", time.time())
         if after_open is not None:
             after_open(store)

@@ -21,6 +21,7 @@ import httpx
 
 from state.store import Store
 from supervisor.config import JobConfig, with_flags
+from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.launch_command import build_specs
 from supervisor.servers.managed_server import FleetContext, ManagedServer
@@ -128,7 +129,7 @@ class Fleet:
             if verdict.pids:
                 stopped.append(record.name)
                 await self._store_call(
-                    Store.add_event, "orphan_stopped", record.name,
+                    Store.add_event, EventKind.ORPHAN_STOPPED, record.name,
                     {"pgid": verdict.pgid, "pids": list(verdict.pids), "why": verdict.why,
                      "result": result, "argv": list(record.argv)},
                     "supervisor", self.options.clock())
@@ -190,7 +191,7 @@ class Fleet:
         targets = [self._server(name)] if name else list(self.servers.values())
         new = {s.name: with_flags(replace(self.config, servers=s.servers), flags).servers
                for s in targets}
-        await self._store_call(Store.add_event, "server_retune", name or "*",
+        await self._store_call(Store.add_event, EventKind.SERVER_RETUNE, name or "*",
                                {"flags": dict(flags)}, actor, self.options.clock())
         if name is None:
             self.config = with_flags(self.config, flags)

@@ -25,6 +25,7 @@ import httpx
 
 from state.store import Store
 from supervisor.config import DispatchSection, ServersSection
+from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitReason, Trigger, classify,
                                                  describe_returncode)
@@ -424,5 +425,5 @@ class ManagedServer:
         self.ctx.on_change()
         event = {"from": old.value, "to": new.value, "reason": reason, **detail}
         with anyio.CancelScope(shield=True):
-            await self.ctx.store_call(Store.add_event, "server_state", self.name, event, actor,
-                                      self.state_since)
+            await self.ctx.store_call(Store.add_event, EventKind.SERVER_STATE, self.name, event,
+                                      actor, self.state_since)

@@ -18,6 +18,7 @@ from typing import Any, Awaitable, Callable, Sequence
 import anyio
 import httpx
 
+from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.overcommit import (Observation, OvercommitChange, OvercommitDetector,
                                            OvercommitPolicy)
 from supervisor.servers.sglang_metrics import Scrape, scrape
@@ -30,7 +31,7 @@ METRICS_FLAG = "--enable-metrics"
 # is a busy or sick server, and the figures can wait for the next poll.
 SCRAPE_TIMEOUT_S = 5.0
 
-EVENT_KIND = "server_overcommit"
+EVENT_KIND = EventKind.SERVER_OVERCOMMIT
 
 
 def metrics_enabled(argv: Sequence[str]) -> bool:

@@ -26,6 +26,7 @@ from typing import Any, Sequence
 from state.shard_audit import RestoredLine
 from state.store import Store
 from supervisor.config import JobConfig
+from supervisor.contract.event_kinds import EventKind
 
 _SEQ = re.compile(r"shard-(\d+)\.jsonl$")
 
@@ -104,9 +105,9 @@ def rebuild(store: Store, config: JobConfig, sink: Any, spool: Path) -> RebuildS
             store.reassign_shard(shard_id, "rebuilt from a damaged file", "rebuild-state")
             summary.to_rewrite.append(key)
     store.recount()
-    store.add_event("state_rebuilt", "job", {"shards": summary.shards, "lines": summary.lines,
-                                             "bad_lines": summary.bad_lines,
-                                             "to_rewrite": summary.to_rewrite[:20]},
+    store.add_event(EventKind.STATE_REBUILT, "job",
+                    {"shards": summary.shards, "lines": summary.lines,
+                     "bad_lines": summary.bad_lines, "to_rewrite": summary.to_rewrite[:20]},
                     "rebuild-state", now)
     return summary
 

@@ -16,6 +16,7 @@ from typing import Any
 from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
+from supervisor.contract.event_kinds import EventKind
 from supervisor.prompts_digest import file_sha256
 from supervisor.state_backup.backup import StateBackup
 from supervisor.state_backup.manifest import BackupManifest
@@ -82,7 +83,7 @@ class NodeState:
             taken = adopt_uploaded(store, self.reader, self.me.partition)
         except UploadError as exc:
             raise BackupUnreachable(f"cannot read back this partition's shards: {exc}") from None
-        store.add_event("state_restored", "job",
+        store.add_event(EventKind.STATE_RESTORED, "job",
                         {"from": self.restored.db_key, "backed_up_at": self.restored.created_at,
                          "done": self.restored.done, "shards_taken_back": taken},
                         "supervisor", time.time())

@@ -31,6 +31,7 @@ from anyio.abc import TaskGroup
 from state.async_store import AsyncStore
 from state.records import Shard
 from state.store import Store
+from supervisor.contract.event_kinds import EventKind
 from supervisor.uploads.backoff import Backoff
 from supervisor.uploads.sink import (CorruptUploadError, FatalUploadError, ShardBlob, Sink,
                                      TransientUploadError)
@@ -216,7 +217,7 @@ class Uploader:
             self.corrupt_total += 1
             log.warning("upload of %s arrived corrupt, uploading it again: %s", shard.key, exc)
             with anyio.CancelScope(shield=True):
-                await self.astore.call(Store.add_event, "upload_corrupt", shard.key,
+                await self.astore.call(Store.add_event, EventKind.UPLOAD_CORRUPT, shard.key,
                                        {"error": str(exc)}, ACTOR, self.clock())
             await self._failed(shard, str(exc))
         except TransientUploadError as exc:
@@ -246,7 +247,7 @@ class Uploader:
         if self.consecutive_failures:
             log.info("uploads to %s work again after %d failures", self.sink.describe(),
                      self.consecutive_failures)
-            await self.astore.call(Store.add_event, "uploads_recovered", "uploads",
+            await self.astore.call(Store.add_event, EventKind.UPLOADS_RECOVERED, "uploads",
                                    {"failures": self.consecutive_failures}, ACTOR, now)
         self.consecutive_failures = 0
         self._not_before = 0.0
@@ -271,7 +272,7 @@ class Uploader:
         with anyio.CancelScope(shield=True):
             await self.astore.call(Store.note_upload_failure, shard.id, error)
             if self.consecutive_failures == 1:
-                await self.astore.call(Store.add_event, "uploads_failing", "uploads",
+                await self.astore.call(Store.add_event, EventKind.UPLOADS_FAILING, "uploads",
                                        {"shard": shard.key, "error": error}, ACTOR, self.clock())
 
     async def _stop(self, reason: str) -> None:
@@ -281,7 +282,7 @@ class Uploader:
         log.error("uploads to %s stopped (generation goes on; shards wait in %s): %s",
                   self.sink.describe(), self.spool, reason)
         with anyio.CancelScope(shield=True):
-            await self.astore.call(Store.add_event, "uploads_stopped", "uploads",
+            await self.astore.call(Store.add_event, EventKind.UPLOADS_STOPPED, "uploads",
                                    {"reason": reason, "destination": self.sink.describe()},
                                    ACTOR, self.clock())
 

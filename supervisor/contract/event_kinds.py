@@ -1,0 +1,41 @@
+"""What each audit event is: the `kind` of an events-table row and of the contract's Event.
+
+Named once here and used by those who write events (the daemon, the store's own
+transactions), those who read them (dflash-tui, /metrics) and the SQL audit views. A client
+keeps `Event.kind` as text: a newer daemon may write a kind this list does not have yet, and
+an older client shows it as it is. Standard library only, like the rest of the contract.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class EventKind(StrEnum):
+    # the job
+    JOB_STARTED = "job_started"
+    JOB_STOPPED = "job_stopped"
+    RECOVERED_IN_FLIGHT = "recovered_in_flight"  # in flight at the last stop: pending again
+    CONFIG_RELOAD = "config_reload"              # SIGHUP: applied or refused
+    STATE_RESTORED = "state_restored"            # the DB came from a backup
+    STATE_REBUILT = "state_rebuilt"              # the DB rebuilt from the output's shards
+    # generation and dispatch
+    MAX_TOKENS = "max_tokens"
+    REQUEUE_TRUNCATED = "requeue_truncated"
+    REQUEUE_FAILED = "requeue_failed"
+    REIMPORT_CHANGED = "reimport_changed"        # prompts whose text changed, imported again
+    PAUSED = "paused"                            # subject: the pause's source
+    RESUMED = "resumed"
+    # servers
+    SERVER_STATE = "server_state"                # detail: from, to, reason, exit_kind
+    SERVER_RETUNE = "server_retune"
+    SERVER_OVERCOMMIT = "server_overcommit"      # SGLang queues or retracts what we send
+    ORPHAN_STOPPED = "orphan_stopped"            # a server an earlier daemon left running
+    # shards and uploads
+    SHARD_MISMATCH = "shard_mismatch"            # a shard file not what the DB says: rewrite
+    UPLOAD_CORRUPT = "upload_corrupt"
+    UPLOADS_FAILING = "uploads_failing"
+    UPLOADS_RECOVERED = "uploads_recovered"
+    UPLOADS_STOPPED = "uploads_stopped"
+    # the control socket's audit row: who asked for what, and the answer
+    CONTROL_ACTION = "control_action"
