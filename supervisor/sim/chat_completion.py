@@ -1,9 +1,12 @@
-"""POST /v1/chat/completions, non-streaming, in SGLang 0.5.x's shapes.
+"""POST /v1/chat/completions (non-streaming) in SGLang 0.5.23's shapes.
 
-Response: {id, object "chat.completion", created, model, choices: [{index, message: {role,
-content, reasoning_content, tool_calls}, logprobs, finish_reason, matched_stop}], usage:
-{prompt_tokens, total_tokens, completion_tokens, prompt_tokens_details, reasoning_tokens},
-metadata}. Errors are SGLang's ErrorResponse: {object "error", message, type, param, code}.
+Response (`sglang/srt/entrypoints/openai/protocol.py` ChatCompletionResponse): {id, object
+"chat.completion", created, model, choices: [{index, message: {role, content,
+reasoning_content}, logprobs, finish_reason, matched_stop}], usage: {prompt_tokens,
+total_tokens, completion_tokens, prompt_tokens_details, reasoning_tokens,
+completion_tokens_details}, metadata}. ChatMessage drops `tool_calls` when there are none;
+`matched_stop` is the stop token id (an int) when the model stopped by itself, null when cut
+by length. Errors are SGLang's ErrorResponse: {object "error", message, type, param, code}.
 """
 
 from __future__ import annotations
@@ -23,13 +26,20 @@ from .looping_text import (LoopPlan, list_text, loop_plan, looping_text, numbere
                            prompt_words)
 from .output_plan import (OutputPlan, is_empty, natural_length, plan_output, prompt_digest,
                           text_offset)
+from .reasoning_split import raw_output, split_reasoning, thinking_mode, usage
 
-# Qwen3's <|im_end|>, reported as matched_stop when the model stopped by itself.
-_EOS_TOKEN_ID = 151645
+# Qwen3's <|im_end|>: the token a finished answer stops on, reported as matched_stop.
+EOS_TOKEN_ID = 151645
+# protocol.py DEFAULT_MODEL_NAME: what `model` is when the request leaves it out.
+DEFAULT_MODEL_NAME = "default"
 
 
 class BadRequest(Exception):
     """Becomes HTTP 400 with SGLang's error body."""
+
+    def __init__(self, message: str, kind: str = "BadRequestError") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 def error_body(message: str, code: int = 400, kind: str = "BadRequestError") -> dict[str, Any]:
@@ -39,10 +49,13 @@ def error_body(message: str, code: int = 400, kind: str = "BadRequestError") -> 
 @dataclass(frozen=True)
 class ChatRequest:
     messages: list[dict[str, Any]]
-    model: str | None
+    model: str
     max_tokens: int | None
-    thinking: bool
+    thinking: bool                     # the simulated model thinks (its chat template's choice)
     separate_reasoning: bool
+    chat_template_kwargs: dict[str, Any]
+    stream: bool = False
+    include_usage: bool = False
 
 
 def _int_or_none(body: dict[str, Any], key: str) -> int | None:
@@ -50,56 +63,124 @@ def _int_or_none(body: dict[str, Any], key: str) -> int | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise BadRequest(f"{key} must be a non-negative integer, got {value!r}")
+        raise BadRequest(f"{key} must be a non-negative integer, got {value!r}", "Bad Request")
     return value
 
 
 def parse_request(body: Any) -> ChatRequest:
+    """Request validation failures are FastAPI validation errors, which SGLang answers with
+    400 and type "Bad Request" (`sglang/srt/entrypoints/http_server.py`
+    validation_exception_handler)."""
     if not isinstance(body, dict):
-        raise BadRequest("request body must be a JSON object")
+        raise BadRequest("request body must be a JSON object", "Bad Request")
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
-        raise BadRequest("messages: field required (a non-empty list)")
-    if body.get("stream"):
-        raise BadRequest("streaming is not supported by the simulated server")
-    # max_completion_tokens is the newer OpenAI name; SGLang prefers it when both are set.
-    max_tokens = _int_or_none(body, "max_completion_tokens")
-    if max_tokens is None:
-        max_tokens = _int_or_none(body, "max_tokens")
+        raise BadRequest("messages: Field required (a non-empty list)", "Bad Request")
+    # protocol.py to_sampling_params: max_new_tokens = max_completion_tokens or max_tokens
+    # (an `or`, so a 0 falls through to max_tokens).
+    max_tokens = _int_or_none(body, "max_completion_tokens") or _int_or_none(body, "max_tokens")
     kwargs = body.get("chat_template_kwargs") or {}
+    kwargs = kwargs if isinstance(kwargs, dict) else {}
     separate = body.get("separate_reasoning", True) is not False
-    # Qwen3-style templates: enable_thinking decides; absent, thinking is on when the
-    # client asked for the trace to be separated, as the daemon does.
-    enable = kwargs.get("enable_thinking") if isinstance(kwargs, dict) else None
+    # The simulated model (Qwen3-style template): enable_thinking decides; absent, it thinks
+    # when the client asked for the trace to be separated, as the daemon does.
+    enable = kwargs.get("enable_thinking")
     thinking = bool(enable) if enable is not None else "separate_reasoning" in body and separate
     model = body.get("model")
-    return ChatRequest(messages, model if isinstance(model, str) else None, max_tokens,
-                       thinking, separate)
+    options = body.get("stream_options") or {}
+    return ChatRequest(messages, model if isinstance(model, str) else DEFAULT_MODEL_NAME,
+                       max_tokens, thinking, separate, kwargs, bool(body.get("stream")),
+                       isinstance(options, dict) and bool(options.get("include_usage")))
 
 
-def _split(text: str, first: int) -> tuple[str, str]:
-    words = text.split(" ")
-    return " ".join(words[:first]), " ".join(words[first:])
+def _check_model(model: str, served_name: str) -> None:
+    """`model` "base:adapter" asks for a LoRA adapter (`sglang/srt/entrypoints/openai/
+    serving_base.py` _parse_model_parameter); without --enable-lora the tokenizer manager
+    refuses it (`sglang/srt/managers/tokenizer_manager.py`)."""
+    if ":" not in model or model == served_name:
+        return
+    if model.startswith(served_name + ":"):
+        adapter = model[len(served_name) + 1:].strip()
+    else:
+        adapter = model.split(":", 1)[1].strip()
+    if adapter:
+        raise BadRequest(f"LoRA adapter '{adapter}' was requested, but LoRA is not enabled. "
+                         "Please launch the server with --enable-lora flag and preload "
+                         "adapters using --lora-paths or /load_lora_adapter endpoint.")
 
 
-def _message(plan: OutputPlan, req: ChatRequest, offset: int, loop: LoopPlan | None,
-             listed: bool) -> dict[str, Any]:
+def check_lengths(opts: SimOptions, prompt_tokens: int, max_tokens: int | None) -> int | None:
+    """SGLang's length checks, in its order. Returns the max new tokens to use.
+
+    `serving_chat.py` _validate_request: max tokens over the context length is refused before
+    anything else (allowed with --allow-auto-truncate). `tokenizer_manager.py`
+    _validate_one_request: a prompt of >= context tokens is refused (truncated with
+    --allow-auto-truncate); prompt + max new tokens > context is refused (the budget is
+    shrunk with --allow-auto-truncate) -- `>=` for the input, `>` for the total."""
+    ctx = opts.context_length
+    if max_tokens and max_tokens > ctx and not opts.allow_auto_truncate:
+        raise BadRequest(f"max_completion_tokens is too large: {max_tokens}."
+                         f"This model supports at most {ctx} completion tokens.")
+    if prompt_tokens >= ctx and not opts.allow_auto_truncate:
+        raise BadRequest(f"The input ({prompt_tokens} tokens) is longer than the model's "
+                         f"context length ({ctx} tokens).")
+    prompt_tokens = min(prompt_tokens, ctx)
+    if max_tokens is not None and max_tokens + prompt_tokens > ctx:
+        if not opts.allow_auto_truncate:
+            raise BadRequest(
+                "Requested token count exceeds the model's maximum context length of "
+                f"{ctx} tokens. You requested a total of {max_tokens + prompt_tokens} "
+                f"tokens: {prompt_tokens} tokens from the input messages and {max_tokens} "
+                "tokens for the completion. Please reduce the number of tokens in the input "
+                "messages or the completion to fit within the limit.")
+        max_tokens = max(0, ctx - prompt_tokens)
+    return max_tokens
+
+
+def _texts(plan: OutputPlan, req: ChatRequest, offset: int, loop: LoopPlan | None,
+           listed: bool) -> tuple[str | None, str]:
+    """(thought or None when not thinking, answer) as the model wrote them."""
     if loop is not None or listed:
         # Loops and lists are built whole, then split where the thinking ended.
         text = (looping_text(plan.completion_tokens, offset, loop, prompt_words(req.messages))
                 if loop is not None else list_text(plan.completion_tokens, offset))
-        thought, content = _split(text, plan.reasoning_tokens) if req.thinking else ("", text)
-        reasoning = thought if req.thinking else None
-    else:
-        reasoning = filler(plan.reasoning_tokens, offset) if req.thinking else None
-        content = filler(plan.answer_tokens, offset + plan.reasoning_tokens + 7)
-    if req.thinking and not req.separate_reasoning:
-        # No reasoning parser split: the raw trace stays in content, markers and all.
-        closing = "</think>\n\n" if plan.thinking_finished else ""
-        content = f"<think>\n{reasoning}\n{closing}{content}"
-        reasoning = None
-    return {"role": "assistant", "content": content, "reasoning_content": reasoning,
-            "tool_calls": None}
+        if not req.thinking:
+            return None, text
+        words = text.split(" ")
+        return " ".join(words[:plan.reasoning_tokens]), " ".join(words[plan.reasoning_tokens:])
+    thought = filler(plan.reasoning_tokens, offset) if req.thinking else None
+    return thought, filler(plan.answer_tokens, offset + plan.reasoning_tokens + 7)
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One finished generation, before it is shaped as a response or a stream."""
+    rid: str
+    created: int
+    model: str
+    content: str
+    reasoning_content: str | None
+    finish_reason: str
+    matched_stop: int | None
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+
+    def usage(self) -> dict[str, Any]:
+        return usage(self.prompt_tokens, self.completion_tokens, self.reasoning_tokens)
+
+    def response(self) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": self.content,
+                                   "reasoning_content": self.reasoning_content}
+        return {
+            "id": self.rid, "object": "chat.completion", "created": self.created,
+            "model": self.model,
+            "choices": [{"index": 0, "message": message, "logprobs": None,
+                         "finish_reason": self.finish_reason,
+                         "matched_stop": self.matched_stop}],
+            "usage": self.usage(),
+            "metadata": {"weight_version": "default"},
+        }
 
 
 class ChatHandler:
@@ -115,64 +196,57 @@ class ChatHandler:
             return 0.0
         return tokens / self.opts.tokens_per_s / self.opts.time_scale
 
-    async def complete(self, body: Any) -> dict[str, Any]:
+    def prepare(self, body: Any) -> tuple[ChatRequest, Completion]:
+        """Validate the request and decide the whole generation (it is a pure function of
+        the prompt); raises BadRequest with SGLang's message."""
         req = parse_request(body)
         opts = self.opts
+        _check_model(req.model, opts.model_name)
         prompt_tokens = count_prompt_tokens(req.messages)
-        if prompt_tokens >= opts.context_length:
-            raise BadRequest(f"The input ({prompt_tokens} tokens) is longer than the model's "
-                             f"context length ({opts.context_length} tokens).")
-        max_tokens = req.max_tokens
-        if max_tokens is not None and max_tokens + prompt_tokens >= opts.context_length:
-            # SGLang's tokenizer manager refuses this too, unless --allow-auto-truncate
-            # lets it shrink the budget to what the context leaves.
-            if not opts.allow_auto_truncate:
-                raise BadRequest(
-                    "Requested token count exceeds the model's maximum context length of "
-                    f"{opts.context_length} tokens. You requested a total of "
-                    f"{max_tokens + prompt_tokens} tokens: {prompt_tokens} tokens from the "
-                    f"input messages and {max_tokens} tokens for the completion. Please reduce "
-                    "the number of tokens in the input messages or the completion to fit "
-                    "within the limit.")
-            max_tokens = max(0, opts.context_length - prompt_tokens)
+        max_tokens = check_lengths(opts, prompt_tokens, req.max_tokens)
+        prompt_tokens = min(prompt_tokens, opts.context_length)
         digest = prompt_digest(req.messages, opts.seed)
         if is_empty(digest, self.faults.empty_rate):
+            # The broken case: the model ends at once, nothing to split.
             plan = OutputPlan(1, 0, 0, "stop", True)
-            message: dict[str, Any] = {"role": "assistant", "content": "",
-                                       "reasoning_content": None, "tool_calls": None}
+            thought, answer = None, ""
         else:
             natural = natural_length(digest)
             loop = loop_plan(digest, natural, opts.loop_share, len(prompt_words(req.messages)))
             plan = plan_output(digest, max_tokens=max_tokens, thinking=req.thinking,
                                room=opts.context_length - prompt_tokens,
                                looping=loop is not None)
-            message = _message(plan, req, text_offset(digest), loop,
-                               loop is None and opts.loop_share > 0
-                               and numbered_list(digest, natural))
-        async with self.slots.slot(prompt_tokens + plan.completion_tokens):
-            delay = self.decode_seconds(plan.completion_tokens)
+            thought, answer = _texts(plan, req, text_offset(digest), loop,
+                                     loop is None and opts.loop_share > 0
+                                     and numbered_list(digest, natural))
+        text = raw_output(thought, answer, plan.thinking_finished)
+        reasoning_mode = thinking_mode(req.chat_template_kwargs, opts.reasoning_parser)
+        if opts.reasoning_parser and req.separate_reasoning:
+            split = split_reasoning(text, force_reasoning=reasoning_mode)
+            content, reasoning = split.content, split.reasoning_content
+        else:
+            content, reasoning = text, None
+        # The scheduler counts reasoning tokens only for a reasoning request (parser set).
+        reasoning_tokens = plan.reasoning_tokens if reasoning_mode and thought is not None else 0
+        return req, Completion(
+            rid=uuid.uuid4().hex, created=int(time.time()), model=req.model,
+            content=content, reasoning_content=reasoning, finish_reason=plan.finish_reason,
+            matched_stop=EOS_TOKEN_ID if plan.finish_reason == "stop" else None,
+            prompt_tokens=prompt_tokens, completion_tokens=plan.completion_tokens,
+            reasoning_tokens=reasoning_tokens)
+
+    async def decode(self, done: Completion, streaming: bool = False) -> None:
+        """Hold a batch slot for as long as decoding `done` takes, then count it."""
+        async with self.slots.slot(done.prompt_tokens + done.completion_tokens):
+            delay = self.decode_seconds(done.completion_tokens)
             if delay > 0:
                 await anyio.sleep(delay)
             while self.faults.is_stalled:
                 await anyio.sleep(0.05)        # the slot stays taken, as in a stuck batch
-        self.slots.finished(prompt_tokens, plan.completion_tokens)
-        self.on_finished(prompt_tokens, plan.completion_tokens, False)
-        return {
-            "id": uuid.uuid4().hex,
-            "object": "chat.completion",
-            "created": int(time.time()),
-            "model": req.model or opts.model_name,
-            "choices": [{
-                "index": 0, "message": message, "logprobs": None,
-                "finish_reason": plan.finish_reason,
-                "matched_stop": _EOS_TOKEN_ID if plan.finish_reason == "stop" else None,
-            }],
-            "usage": {
-                "prompt_tokens": prompt_tokens,
-                "total_tokens": prompt_tokens + plan.completion_tokens,
-                "completion_tokens": plan.completion_tokens,
-                "prompt_tokens_details": None,
-                "reasoning_tokens": plan.reasoning_tokens,
-            },
-            "metadata": {"weight_version": "default"},
-        }
+        self.slots.finished(done.prompt_tokens, done.completion_tokens)
+        self.on_finished(done.prompt_tokens, done.completion_tokens, streaming)
+
+    async def complete(self, body: Any) -> dict[str, Any]:
+        _, done = self.prepare(body)
+        await self.decode(done)
+        return done.response()

@@ -9,7 +9,6 @@ leaves them behind, exactly the stray the supervisor must clean up).
 
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
@@ -43,13 +42,3 @@ def kill_children(children: list[subprocess.Popen]) -> None:
             child.wait(timeout=5)
         except subprocess.TimeoutExpired:
             pass
-
-
-def kill_own_group() -> None:
-    """Die by SIGKILL with the whole tree, as an OOM'd SGLang does. Only signal the group
-    when we lead it: started without a session of our own we share the caller's group, and
-    killing that would take the caller down too."""
-    pid = os.getpid()
-    if os.getpgid(0) == pid:
-        os.killpg(pid, signal.SIGKILL)
-    os.kill(pid, signal.SIGKILL)

@@ -1,10 +1,13 @@
 """SGLang's ways of failing, reproduced so the supervisor's classification and restart code
 runs against the real symptoms:
 
-- crash: a Python traceback on stderr and exit status 1 (the tree is taken down first, as
-  SGLang's launcher does when a subprocess dies);
-- oom: SGLang's own out-of-memory lines on stderr, then SIGKILL of the whole process group —
-  the launcher kills its tree, so the supervisor sees "killed by signal 9" after the lines;
+- crash: "Scheduler hit an exception: <traceback>", then the launcher's SIGQUIT line, then
+  its whole tree killed by SIGKILL, itself last: the supervisor sees "killed by signal 9"
+  after a crash, never an exit status (SGLang 0.5.23 dies this way for any scheduler error);
+- oom: the same path with SGLang's out-of-memory error in the traceback (torch's "CUDA out
+  of memory" in decode; "Not enough memory. Please try to increase --mem-fraction-static"
+  while loading);
+- retract: KV-pool pressure (retraction.py): warning lines and counters, no failure;
 - hang: the event loop blocks forever. The listening socket stays open, so the kernel still
   accepts connections and probes time out instead of being refused — the difference between
   a hung server and a dead one. SIGTERM is not acted on either (the handler never runs
@@ -16,13 +19,14 @@ runs against the real symptoms:
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 import traceback
 from dataclasses import dataclass, field
 from subprocess import Popen
 
-from .child_processes import kill_children, kill_own_group
+from .child_processes import kill_children
 from .options import FAULTS
 from .sim_log import log_err
 
@@ -48,7 +52,7 @@ class FaultState:
             raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
         self.fault = fault
         if fault == "crash":
-            crash(self.children)
+            crash(self.children, during_load=self.loading)
         elif fault == "oom":
             oom(self.children, during_load=self.loading)
         elif fault == "hang":
@@ -63,21 +67,39 @@ def _raise_crash() -> None:
                          "was encountered")
 
 
-def crash(children: list[Popen]) -> None:
+def _sigquit_and_kill_tree(children: list[Popen], *, during_load: bool) -> None:
+    """The scheduler has sent SIGQUIT to the launcher, whose handler logs one line and kills
+    the process tree, itself last, by SIGKILL (`sglang/srt/entrypoints/engine.py`
+    launch_phase_sigquit_handler while loading; `sglang/srt/managers/tokenizer_manager.py`
+    running_phase_sigquit_handler once serving, installed with loop.add_signal_handler, so
+    signum and frame are None; `sglang/srt/utils/common.py` kill_process_tree)."""
+    if during_load:
+        log_err("Received sigquit from a child process. It usually means the child failed.")
+    else:
+        log_err("SIGQUIT received. signum=None, frame=None. It usually means one child "
+                "failed.")
+    pid = os.getpid()
+    log_err(f"kill_process_tree called: parent_pid={pid}, include_parent=True, pid={pid}")
+    sys.stdout.flush()
+    kill_children(children)
+    os.kill(pid, signal.SIGKILL)
+
+
+def crash(children: list[Popen], *, during_load: bool = False) -> None:
+    """`sglang/srt/managers/scheduler.py` run_scheduler_process: an exception in the
+    scheduler is logged as "Scheduler hit an exception: <traceback>", then SIGQUIT to the
+    launcher; the server ends killed by signal 9, not with an exit status."""
     try:
         _raise_crash()
     except SimulatedCrash:
         log_err("Scheduler hit an exception: " + traceback.format_exc().rstrip(), rank="TP0")
-    log_err("Received sigquit from a child process. It usually means the child failed.")
-    sys.stdout.flush()
-    kill_children(children)
-    os._exit(1)
+    _sigquit_and_kill_tree(children, during_load=during_load)
 
 
 _OOM_DECODE = (
     "Scheduler hit an exception: Traceback (most recent call last):\n"
-    '  File "sglang/srt/managers/scheduler.py", line 2801, in run_scheduler_process\n'
-    "    scheduler.event_loop_overlap()\n"
+    '  File "sglang/srt/managers/scheduler.py", line 6367, in run_scheduler_process\n'
+    "    scheduler.run_event_loop()\n"
     '  File "sglang/srt/managers/scheduler.py", line 1003, in event_loop_overlap\n'
     "    batch_result = self.run_batch(batch)\n"
     '  File "sglang/srt/model_executor/model_runner.py", line 1912, in forward_decode\n'
@@ -91,9 +113,8 @@ _OOM_DECODE = (
 )
 _OOM_LOAD = (
     "Scheduler hit an exception: Traceback (most recent call last):\n"
-    '  File "sglang/srt/managers/scheduler.py", line 2790, in run_scheduler_process\n'
-    "    scheduler = Scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, "
-    "dp_rank)\n"
+    '  File "sglang/srt/managers/scheduler.py", line 6362, in run_scheduler_process\n'
+    "    scheduler = Scheduler(server_args, port_args)\n"
     '  File "sglang/srt/model_executor/model_runner.py", line 1420, in init_memory_pool\n'
     "    raise RuntimeError(\n"
     "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static."
@@ -101,19 +122,17 @@ _OOM_LOAD = (
 
 
 def oom(children: list[Popen], *, during_load: bool) -> None:
-    if not during_load:
-        log_err("Decode out of memory happened. #retracted_reqs: 12, #new_token_ratio: "
-                "0.7000 -> 1.0000", rank="TP0")
+    """CUDA out of memory in the scheduler: the same path as a crash (SIGQUIT, tree killed,
+    signal 9), with the out-of-memory error in the traceback."""
     log_err(_OOM_LOAD if during_load else _OOM_DECODE, rank="TP0")
-    log_err("Received sigquit from a child process. It usually means the child failed.")
-    sys.stdout.flush()
-    if os.getpgid(0) != os.getpid():
-        kill_children(children)   # we cannot take the group down, so take the tree down
-    kill_own_group()
+    _sigquit_and_kill_tree(children, during_load=during_load)
 
 
 def hang() -> None:
     log_err("NCCL watchdog: collective operation timeout (simulated hang)", rank="TP0")
+    # A wedged process does not act on SIGTERM; only SIGKILL ends it.
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, signal.SIG_IGN)
     # Deliberately blocks the event loop's thread: nothing is served, accepted connections
     # are never read, timers never fire. time.sleep, not an Event, so a signal handler
     # that merely sets a flag cannot wake anything.

@@ -1,7 +1,8 @@
-"""The simulator's HTTP surface: SGLang's endpoints plus /sim/* for tests and demos.
+"""The simulator's HTTP surface: SGLang 0.5.23's endpoints plus /sim/* for tests and demos.
 
-SGLang answers /health and /health_generate with 503 until the model is loaded and warmed
-up, then 200 with an empty body; the daemon's READY transition hangs on exactly that.
+Once the HTTP server is up, SGLang answers /health and /health_generate with 503 until its
+warmup request has run, then 200 with an empty body after at least a second; the daemon's
+READY transition hangs on exactly that.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from .retraction import Retraction
 from .prom_metrics import SchedulerSample, SimMetrics, metrics_asgi_app
 
 SGLANG_VERSION = "0.5.23 (simulated)"
+HEALTH_CHECK_MIN_S = 1.0
 
 
 @dataclass
@@ -109,8 +111,7 @@ def _sim_state(rt: SimRuntime) -> dict[str, Any]:
             "peak_queued": s.peak_queued, "requests_total": s.requests_total,
             "generation_tokens_total": s.generation_tokens_total,
             "tokens_per_s": o.tokens_per_s, "time_scale": o.time_scale, "instant": o.instant,
-            "seed": o.seed, "startup_s": o.startup_s, "children": [c.pid for c in rt.faults.children],
-            "unknown_flags": o.unknown}
+            "seed": o.seed, "startup_s": o.startup_s, "children": [c.pid for c in rt.faults.children]}
 
 
 def scheduler_sample(rt: SimRuntime) -> SchedulerSample:
@@ -126,12 +127,19 @@ def scheduler_sample(rt: SimRuntime) -> SchedulerSample:
 
 def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
     async def health(_: Request) -> Response:
-        return Response(status_code=200 if rt.ready else 503)
+        # `sglang/srt/entrypoints/http_server.py` health_generate (/health too, as
+        # SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION defaults on): 503 at once while the
+        # status is Starting; otherwise it sends a one-token request and sleeps 1 s before
+        # first looking for any output, so a 200 never comes sooner than that.
+        if not rt.ready:
+            return Response(status_code=503)
+        await asyncio.sleep(HEALTH_CHECK_MIN_S / rt.opts.time_scale)
+        return Response(status_code=200)
 
     async def models(_: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{
             "id": rt.opts.model_name, "object": "model", "created": int(rt.started_at),
-            "owned_by": "sglang", "root": rt.opts.model_path,
+            "owned_by": "sglang", "root": rt.opts.model_name, "parent": None,
             "max_model_len": rt.opts.context_length}]})
 
     async def model_info(_: Request) -> Response:
@@ -141,17 +149,16 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         return JSONResponse(_server_info(rt))
 
     async def chat(request: Request) -> Response:
-        if not rt.ready:
-            return JSONResponse(error_body("The server is not ready yet.", 503,
-                                           "ServiceUnavailable"), status_code=503)
+        # Served during warmup too: only the health routes look at the startup status.
         try:
             body = json.loads(await request.body())
         except ValueError as exc:
-            return JSONResponse(error_body(f"Invalid JSON body: {exc}"), status_code=400)
+            return JSONResponse(error_body(f"JSON decode error: {exc}", kind="Bad Request"),
+                                status_code=400)
         try:
             return JSONResponse(await rt.chat.complete(body))
         except BadRequest as exc:
-            return JSONResponse(error_body(str(exc)), status_code=400)
+            return JSONResponse(error_body(str(exc), kind=exc.kind), status_code=400)
 
     async def sim_fault(request: Request) -> Response:
         try:

@@ -1,17 +1,19 @@
-"""The simulator's command line: SGLang's launch flags plus its own `--sim-*` flags.
+"""The simulator's command line: SGLang 0.5.23's launch flags plus its own `--sim-*` flags.
 
 The daemon launches the simulator exactly as it launches `python -m sglang.launch_server`, with
-whatever pass-through flags the operator configured. SGLang renames and adds flags between
-releases, so an unknown flag is a warning here, never an error: a config written for a newer
-SGLang must still start the simulator.
+whatever pass-through flags the operator configured. Those are parsed by SGLang's own parser
+rebuilt from its flag table (sglang_parser.py): a flag 0.5.23 does not know, or an ambiguous
+abbreviation of one, exits 2 with argparse's message, exactly as the real server would, so
+a config that cannot start SGLang cannot start the simulator either.
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Sequence
+
+from .sglang_parser import sglang_parser
 
 FAULTS = ("none", "crash", "oom", "hang", "stall", "retract")
 
@@ -45,8 +47,8 @@ class SimOptions:
     children: int
     loop_share: float = 0.0
     disable_radix_cache: bool = False
+    skip_server_warmup: bool = False
     launch_command: str = ""
-    unknown: list[str] = field(default_factory=list)
 
     @property
     def max_total_num_tokens(self) -> int:
@@ -99,38 +101,15 @@ class SimOptions:
         }
 
 
-def _parser() -> argparse.ArgumentParser:
+def _sim_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="python -m supervisor.sim", allow_abbrev=False,
-        description="A simulated SGLang server (no GPU): SGLang's HTTP API, slot-limited "
-                    "batching, slow start and SGLang's failure modes.")
-    g = p.add_argument_group("SGLang flags")
-    g.add_argument("--model-path", "--model", dest="model_path", default="sim/model")
-    g.add_argument("--host", default="127.0.0.1")
-    g.add_argument("--port", type=int, default=30000)
-    g.add_argument("--max-running-requests", type=int, default=None)
-    g.add_argument("--mem-fraction-static", type=float, default=0.88)
-    g.add_argument("--max-mamba-cache-size", type=int, default=None)
-    g.add_argument("--context-length", type=int, default=32768)
-    g.add_argument("--reasoning-parser", default=None)
-    g.add_argument("--tp-size", "--tp", dest="tp_size", type=int, default=1)
-    g.add_argument("--dp-size", "--dp", dest="dp_size", type=int, default=1)
-    g.add_argument("--enable-metrics", action="store_true")
-    g.add_argument("--served-model-name", default=None)
-    g.add_argument("--allow-auto-truncate", action="store_true")
-    # Accepted and ignored quietly: common flags that change nothing a simulator can show.
-    for flag in ("--tokenizer-path", "--dtype", "--kv-cache-dtype", "--log-level",
-                 "--chunked-prefill-size", "--cuda-graph-max-bs", "--schedule-policy",
-                 "--attention-backend", "--speculative-algorithm", "--quantization"):
-        g.add_argument(flag, default=None)
-    g.add_argument("--disable-radix-cache", action="store_true")
-    for flag in ("--trust-remote-code", "--disable-cuda-graph",
-                 "--enable-cache-report", "--skip-server-warmup"):
-        g.add_argument(flag, action="store_true")
-
+        description="A simulated SGLang 0.5.23 server (no GPU): SGLang's HTTP API, "
+                    "slot-limited batching, slow start and SGLang's failure modes. Every "
+                    "other flag is parsed as `sglang serve` parses it (see sglang_flags.py).")
     s = p.add_argument_group("simulator flags")
     s.add_argument("--sim-startup-s", type=float, default=0.0,
-                   help="seconds spent 'loading the model' (health answers 503)")
+                   help="seconds spent 'loading the model' (the port is closed meanwhile)")
     s.add_argument("--sim-tokens-per-s", type=float, default=50.0,
                    help="decode speed of one request")
     s.add_argument("--sim-time-scale", type=float, default=1.0,
@@ -154,29 +133,34 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def parse_options(argv: Sequence[str]) -> SimOptions:
-    ns, unknown = _parser().parse_known_args(list(argv))
-    if unknown:
-        print(f"WARNING: simulator ignores unknown flags: {' '.join(unknown)}",
-              file=sys.stderr, flush=True)
-    if ns.sim_time_scale <= 0 or ns.sim_tokens_per_s <= 0:
+    """The --sim-* flags first; everything else goes to SGLang's own parser, which exits 2
+    with argparse's message on an unknown, ambiguous or malformed flag, as SGLang does."""
+    argv = list(argv)
+    sim, rest = _sim_parser().parse_known_args(argv)
+    ns = sglang_parser().parse_args(rest)
+    if sim.sim_time_scale <= 0 or sim.sim_tokens_per_s <= 0:
         raise SystemExit("--sim-time-scale and --sim-tokens-per-s must be > 0")
-    if not 0.0 <= ns.sim_empty_rate <= 1.0:
+    if not 0.0 <= sim.sim_empty_rate <= 1.0:
         raise SystemExit("--sim-empty-rate must be within [0, 1]")
-    if not 0.0 <= ns.sim_loop_share <= 1.0:
+    if not 0.0 <= sim.sim_loop_share <= 1.0:
         raise SystemExit("--sim-loop-share must be within [0, 1]")
     if ns.max_running_requests is not None and ns.max_running_requests < 1:
         raise SystemExit("--max-running-requests must be >= 1")
     return SimOptions(
-        model_path=ns.model_path, host=ns.host, port=ns.port,
+        model_path=ns.model_path, host=ns.host or "127.0.0.1",
+        port=30000 if ns.port is None else ns.port,
         max_running_requests=ns.max_running_requests,
-        mem_fraction_static=ns.mem_fraction_static,
-        max_mamba_cache_size=ns.max_mamba_cache_size, context_length=ns.context_length,
-        reasoning_parser=ns.reasoning_parser, tp_size=ns.tp_size, dp_size=ns.dp_size,
+        # SGLang picks these from the GPU and the model's config when unset.
+        mem_fraction_static=0.88 if ns.mem_fraction_static is None else ns.mem_fraction_static,
+        max_mamba_cache_size=ns.max_mamba_cache_size,
+        context_length=32768 if ns.context_length is None else ns.context_length,
+        reasoning_parser=ns.reasoning_parser, tp_size=ns.tp_size or 1, dp_size=ns.dp_size or 1,
         enable_metrics=ns.enable_metrics, served_model_name=ns.served_model_name,
         allow_auto_truncate=ns.allow_auto_truncate,
-        startup_s=ns.sim_startup_s, tokens_per_s=ns.sim_tokens_per_s,
-        time_scale=ns.sim_time_scale, instant=ns.sim_instant, seed=ns.sim_seed,
-        fault=ns.sim_fault, fault_after_s=ns.sim_fault_after_s,
-        fault_after_requests=ns.sim_fault_after_requests, empty_rate=ns.sim_empty_rate,
-        children=ns.sim_children, loop_share=ns.sim_loop_share,
-        disable_radix_cache=ns.disable_radix_cache, unknown=unknown)
+        startup_s=sim.sim_startup_s, tokens_per_s=sim.sim_tokens_per_s,
+        time_scale=sim.sim_time_scale, instant=sim.sim_instant, seed=sim.sim_seed,
+        fault=sim.sim_fault, fault_after_s=sim.sim_fault_after_s,
+        fault_after_requests=sim.sim_fault_after_requests, empty_rate=sim.sim_empty_rate,
+        children=sim.sim_children, loop_share=sim.sim_loop_share,
+        disable_radix_cache=ns.disable_radix_cache, skip_server_warmup=ns.skip_server_warmup,
+        launch_command=" ".join(["python3", "-m", "sglang.launch_server", *rest]))

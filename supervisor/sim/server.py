@@ -1,20 +1,30 @@
-"""One simulated server's lifetime: load (503), ready (200), serve, maybe fail, shut down.
+"""One simulated server's lifetime, in SGLang 0.5.23's order
+(`sglang/srt/entrypoints/http_server.py` launch_server, _wait_and_warmup):
+
+1. loading (--sim-startup-s): weights, KV pool, CUDA graphs. The HTTP server is not started
+   yet, so the port refuses connections;
+2. warmup: the HTTP server is up but the tokenizer manager's status is Starting, so /health
+   and /health_generate answer 503 while one warmup request runs (~1 s: the warmup thread
+   sleeps 1 s before its first request); `--skip-server-warmup` skips it;
+3. up: "The server is fired up and ready to roll!", health answers 200 (each probe taking
+   >= 1 s, see http_api.py).
 
 Started faults follow what they mean for a real SGLang: `--sim-fault oom` with no trigger is
 the classic out-of-memory while allocating the KV pool (a --mem-fraction-static set too
 high), so it happens while loading; `crash` and `hang` with no trigger also strike while
-loading; `stall` means ready but nothing ever finishes. With --sim-fault-after-s or
---sim-fault-after-requests the fault strikes mid-job instead, which is what a supervisor
-mostly has to survive.
+loading; `stall` means ready but nothing ever finishes; `retract` is KV-pool pressure from
+the start. With --sim-fault-after-s or --sim-fault-after-requests the fault strikes mid-job
+instead, which is what a supervisor mostly has to survive.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import time
 from contextlib import asynccontextmanager
-from typing import AsyncIterator
+from typing import Any, AsyncIterator
 
 import uvicorn
 
@@ -26,39 +36,55 @@ from .options import SimOptions
 from .prom_metrics import SimMetrics, set_prometheus_multiproc_dir
 from .sim_log import log
 
+# The warmup request (`http_server.py` _execute_server_warmup): text "The capital city of
+# France is" (6 tokens), 8 new tokens; it goes through the tokenizer manager's counters.
+_WARMUP_PROMPT_TOKENS, _WARMUP_NEW_TOKENS = 6, 8
+
 
 def _scaled(opts: SimOptions, seconds: float) -> float:
     return seconds / opts.time_scale
 
 
-async def _lifecycle(rt: SimRuntime) -> None:
+def _immediate(opts: SimOptions) -> bool:
+    """A started fault with no trigger."""
+    return opts.fault_after_s is None and opts.fault_after_requests is None
+
+
+async def _load(rt: SimRuntime) -> None:
+    """Phase 1, before the port is open."""
     opts = rt.opts
-    log(f"Load weight begin. model_path={opts.model_path} tp_size={opts.tp_size} "
-        f"mem_fraction_static={opts.mem_fraction_static}", rank="TP0")
-    immediate = opts.fault not in ("none", "retract") and opts.fault_after_s is None \
-        and opts.fault_after_requests is None
-    if opts.fault == "retract" and opts.fault_after_s is None \
-            and opts.fault_after_requests is None:
+    log(f"Load weight begin. avail mem=139.21 GB", rank="TP0")
+    if opts.fault == "retract" and _immediate(opts):
         rt.faults.apply("retract")        # pressure from the first batch on
-    if immediate and opts.fault != "stall":
+    elif opts.fault not in ("none", "stall", "retract") and _immediate(opts):
         await asyncio.sleep(_scaled(opts, opts.startup_s) / 2)
         rt.faults.apply(opts.fault)       # crash/oom never return; hang never yields again
     await asyncio.sleep(_scaled(opts, opts.startup_s))
     log(f"max_total_num_tokens={opts.max_total_num_tokens}, "
+        f"chunked_prefill_size=8192, max_prefill_tokens=16384, "
         f"max_running_requests={opts.effective_max_running_requests}, "
-        f"context_len={opts.context_length}", rank="TP0")
+        f"context_len={opts.context_length}, available_gpu_mem=12.41 GB", rank="TP0")
     if rt.metrics is not None:
         rt.metrics.emit_constants(opts.max_total_num_tokens)
+
+
+async def _warmup_then_up(rt: SimRuntime) -> None:
+    """Phases 2 and 3, once the HTTP server runs; then any timed fault."""
+    opts = rt.opts
     rt.faults.loading = False
+    if not opts.skip_server_warmup:
+        await asyncio.sleep(_scaled(opts, 1.0))
+        if rt.metrics is not None:
+            for _ in range(opts.dp_size):
+                rt.metrics.finished_request(_WARMUP_PROMPT_TOKENS, _WARMUP_NEW_TOKENS)
     rt.ready = True
     rt.startup_time = time.time() - rt.started_at
     log("The server is fired up and ready to roll!")
-    if immediate:
+    if opts.fault == "stall" and _immediate(opts):
         rt.faults.apply("stall")
     elif opts.fault_after_s is not None and opts.fault != "none":
         await asyncio.sleep(_scaled(opts, opts.fault_after_s))
         rt.faults.apply(opts.fault)
-
 
 
 async def _retraction_ticks(rt: SimRuntime) -> None:
@@ -83,42 +109,59 @@ def build_runtime(opts: SimOptions) -> SimRuntime:
                       faults=faults, metrics=metrics)
 
 
-def serve(opts: SimOptions) -> int:
-    rt = build_runtime(opts)
+def _die_with_children(rt: SimRuntime) -> Any:
+    """SIGTERM/SIGINT while loading (uvicorn's handlers are not installed yet): take the
+    children down, then die of the signal as an unhandled one would."""
+    def handler(signum: int, _frame: Any) -> None:
+        kill_children(rt.faults.children)
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+    return handler
+
+
+async def _run(rt: SimRuntime) -> bool:
+    opts = rt.opts
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, _die_with_children(rt))
+    await _load(rt)
 
     @asynccontextmanager
-    async def lifespan(_app) -> AsyncIterator[None]:
-        tasks = [asyncio.create_task(_lifecycle(rt)), asyncio.create_task(_retraction_ticks(rt))]
+    async def lifespan(_app: Any) -> AsyncIterator[None]:
+        tasks = [asyncio.create_task(_warmup_then_up(rt)),
+                 asyncio.create_task(_retraction_ticks(rt))]
         try:
             yield
         finally:
             for task in tasks:
                 task.cancel()
-            # Here, not after server.run(): uvicorn re-raises SIGTERM once it has shut down,
-            # which ends the process before any code after run() would execute.
+            # Here, not after serve(): uvicorn re-raises SIGTERM once it has shut down,
+            # which ends the process before any code after it would execute.
             kill_children(rt.faults.children)
 
-    app = build_app(rt, lifespan=lifespan)
-    # A short graceful window: SGLang exits promptly on SIGTERM, and a stalled batch would
-    # otherwise hold uvicorn's shutdown open forever.
-    config = uvicorn.Config(app, host=opts.host, port=opts.port, log_level="warning",
-                            access_log=False, timeout_graceful_shutdown=1, lifespan="on",
-                            timeout_keep_alive=30)
+    # A short graceful window: a stalled batch would otherwise hold uvicorn's shutdown open
+    # forever. (Real SGLang drains in-flight requests on SIGTERM; the daemon escalates to
+    # SIGKILL after its own grace period either way.)
+    config = uvicorn.Config(build_app(rt, lifespan=lifespan), host=opts.host, port=opts.port,
+                            log_level="warning", access_log=False, timeout_graceful_shutdown=1,
+                            lifespan="on", timeout_keep_alive=30)
     server = uvicorn.Server(config)
+    await server.serve()                  # installs uvicorn's own SIGTERM/SIGINT handling
+    return server.started
+
+
+def serve(opts: SimOptions) -> int:
+    rt = build_runtime(opts)
     try:
-        server.run()
+        started = asyncio.run(_run(rt))
     finally:
         kill_children(rt.faults.children)
-    if not server.started:
-        return 1                          # e.g. the port was taken: uvicorn said why
-    return 0
+    return 0 if started else 1            # not started: e.g. the port was taken (uvicorn said)
 
 
 def main(argv: list[str]) -> int:
     from .options import parse_options
     opts = parse_options(argv)
-    # Ignore SIGHUP from a closing terminal like a daemonised server would; SIGTERM/SIGINT
-    # are uvicorn's (graceful stop).
+    # Ignore SIGHUP from a closing terminal like a daemonised server would.
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
-    log(f"server_args={opts.server_args()}")
+    log(f"server_args=ServerArgs({', '.join(f'{k}={v!r}' for k, v in opts.server_args().items())})")
     return serve(opts)

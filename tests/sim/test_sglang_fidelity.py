@@ -95,19 +95,28 @@ def test_tokenizer_counters_count_finished_requests(sim_server, name, help_text)
     """sglang/srt/observability/metrics_collector.py TokenizerMetricsCollector:
     sglang:prompt_tokens_total / generation_tokens_total / num_requests_total are counters
     with labels {model_name, engine_type} + is_streaming, incremented per finished request
-    (observe_one_finished_request)."""
+    (observe_one_finished_request). They start at SGLang's own warmup request
+    (sglang/srt/entrypoints/http_server.py _execute_server_warmup: 8 new tokens)."""
     sim = sim_server("--sim-instant", "--enable-metrics")
+
+    def sample():
+        fam = _families(_get(sim.base_url, "/metrics").text)[name]
+        assert (fam.type, fam.documentation) == ("counter", help_text)
+        [s] = [s for s in fam.samples if s.name == name + "_total"]
+        return s
+
+    before = sample()
+    assert before.value == {"sglang:prompt_tokens": 6, "sglang:generation_tokens": 8,
+                            "sglang:num_requests": 1}[name]
     usage = [_chat(sim.base_url, f"question {i}", max_tokens=50).json()["usage"]
              for i in range(3)]
-    fam = _families(_get(sim.base_url, "/metrics").text)[name]
-    assert (fam.type, fam.documentation) == ("counter", help_text)
-    [sample] = [s for s in fam.samples if s.name == name + "_total"]
-    assert set(sample.labels) == TOKENIZER_LABELS
-    assert sample.labels["is_streaming"] == "false"
+    after = sample()
+    assert set(after.labels) == TOKENIZER_LABELS
+    assert after.labels["is_streaming"] == "false"
     expected = {"sglang:prompt_tokens": sum(u["prompt_tokens"] for u in usage),
                 "sglang:generation_tokens": sum(u["completion_tokens"] for u in usage),
                 "sglang:num_requests": 3}[name]
-    assert sample.value == expected
+    assert after.value - before.value == expected
 
 
 def test_running_queued_and_token_usage_follow_the_batch(sim_server):
