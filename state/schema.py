@@ -20,7 +20,7 @@ import sqlite3
 
 from supervisor.contract.event_kinds import EventKind
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 _V1 = [
     """
@@ -208,8 +208,32 @@ _V4 = [
        WHERE status = 'pending' AND finish_reason = 'length'""",
 ]
 
+# Truncation split by where the cut fell (supervisor/dispatch/quality.py): inside the thinking
+# (content empty, all text in reasoning: no answer at all) or in the answer. From the columns
+# every done row already has, so old rows are split too. (SQLite's trim() takes only spaces
+# unless told; a blank answer may be newlines.)
+_BLANK = "char(32, 9, 10, 13)"
+_V5 = [
+    "DROP VIEW audit_truncation",
+    f"""
+    CREATE VIEW audit_truncation AS
+    SELECT max_tokens, count(*) AS done,
+           sum(finish_reason = 'length') AS truncated,
+           round(100.0 * sum(finish_reason = 'length') / count(*), 1) AS truncated_pct,
+           sum(finish_reason = 'length' AND coalesce(loop, 0) = 0) AS long,
+           sum(finish_reason = 'length' AND loop = 1) AS looping,
+           sum(finish_reason = 'length' AND trim(coalesce(content, ''), {_BLANK}) = ''
+               AND trim(coalesce(reasoning_content, ''), {_BLANK}) <> '') AS in_thinking,
+           sum(finish_reason = 'length' AND NOT (trim(coalesce(content, ''), {_BLANK}) = ''
+               AND trim(coalesce(reasoning_content, ''), {_BLANK}) <> '')) AS in_answer,
+           round(avg(completion_tokens)) AS avg_completion_tokens
+    FROM prompts WHERE status = 'done'
+    GROUP BY max_tokens ORDER BY max_tokens
+    """,
+]
+
 # version -> statements that bring the DB from version-1 to version.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4}
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
 
 
 class SchemaError(RuntimeError):
