@@ -24,7 +24,7 @@ def main() -> None:
         f.write(str(squatter.pid))
     for _ in range(300):
         try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health_generate", timeout=1):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health_generate", timeout=5):
                 break
         except OSError:
             time.sleep(0.05)

@@ -7,6 +7,11 @@ Each test is one fact read from SGLang 0.5.23's own source; its docstring names 
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import threading
+
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -124,8 +129,6 @@ def test_running_queued_and_token_usage_follow_the_batch(sim_server):
     num_queue_reqs are the batch and the waiting queue; token_usage is the used share of the
     KV pool (0..1), rounded to 2 places (sglang/srt/managers/scheduler_components/
     pool_stats_observer.py). A small pool (--mem-fraction-static 0.01) makes it visible."""
-    import threading
-
     sim = sim_server("--enable-metrics", "--max-running-requests", "2",
                      "--sim-tokens-per-s", "20", "--mem-fraction-static", "0.01",
                      "--context-length", "4096")
@@ -221,3 +224,275 @@ def test_server_info_version_and_shape(sim_server):
     assert info["frontend"] == "python"
     assert isinstance(info["internal_states"], list) and len(info["internal_states"]) == 1
     assert "last_gen_throughput" in info["internal_states"][0]
+
+
+# --------------------------------------------------------------------------- launch flags
+
+
+def _launch(*flags: str, timeout: float = 30) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "supervisor.sim", *flags],
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_unknown_flag_exits_2_with_argparse_message():
+    """sglang/srt/server_args.py prepare_server_args: argparse.ArgumentParser(prog="sglang
+    serve").parse_args, so an unknown flag exits 2 with "unrecognized arguments"."""
+    r = _launch("--model-path", "m", "--port", "1", "--no-such-flag", "3")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == \
+        "sglang serve: error: unrecognized arguments: --no-such-flag 3"
+
+
+def test_cuda_graph_max_bs_is_an_ambiguous_option_in_0_5_23():
+    """sglang/srt/arg_groups/fields/exec_.py has only --cuda-graph-max-bs-decode and
+    --cuda-graph-max-bs-prefill; argparse's default allow_abbrev makes the old
+    --cuda-graph-max-bs a prefix of both: "ambiguous option", exit 2."""
+    r = _launch("--model-path", "m", "--port", "1", "--cuda-graph-max-bs", "64")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == (
+        "sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
+        "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill")
+
+
+def test_unique_prefix_is_accepted(sim_server):
+    """argparse allow_abbrev (on in sglang/srt/server_args.py's parser): a unique prefix
+    such as --max-running is --max-running-requests."""
+    sim = sim_server("--sim-instant", "--max-running", "5", "--cuda-graph-max-bs-decode", "8")
+    info = _get(sim.base_url, "/server_info").json()
+    assert info["internal_states"][0]["effective_max_running_requests_per_dp"] == 5
+
+
+def test_model_path_is_required():
+    """sglang/srt/arg_groups/fields/model.py: model_path has no default, so argparse
+    requires --model-path (alias --model)."""
+    r = _launch("--port", "1")
+    assert r.returncode == 2
+    assert r.stderr.splitlines()[-1] == \
+        "sglang serve: error: the following arguments are required: --model-path/--model"
+
+
+def test_reasoning_parser_choices():
+    """sglang/srt/server_args.py add_cli_args: --reasoning-parser choices are "auto" plus
+    sglang/srt/parser/reasoning_parser_names.py."""
+    r = _launch("--model-path", "m", "--port", "1", "--reasoning-parser", "qwen9")
+    assert r.returncode == 2
+    assert "argument --reasoning-parser: invalid choice: 'qwen9'" in r.stderr
+
+
+# --------------------------------------------------------------------------- startup
+
+
+def test_port_refuses_connections_while_loading_then_503_in_warmup_then_200(sim_server):
+    """sglang/srt/entrypoints/http_server.py launch_server: uvicorn starts only after the
+    scheduler has loaded the model (port closed meanwhile); health_generate answers 503 while
+    the status is Starting (the warmup request runs), then 200 once Up."""
+    sim = sim_server("--sim-startup-s", "2", wait=False)
+    seen: list[object] = []
+    for _ in range(400):
+        try:
+            code = httpx.get(sim.base_url + "/health_generate", timeout=5,
+                             trust_env=False).status_code
+        except httpx.ConnectError:
+            code = "refused"
+        if not seen or seen[-1] != code:
+            seen.append(code)
+        if code == 200:
+            break
+        threading.Event().wait(0.02)
+    assert seen == ["refused", 503, 200]
+    log = sim.log_text()
+    assert log.index("max_total_num_tokens=") < log.index("The server is fired up and ready")
+
+
+def test_health_generate_never_answers_200_in_under_a_second(sim_server):
+    """sglang/srt/entrypoints/http_server.py health_generate: it sends a one-token request
+    and sleeps 1 s before looking for output, so a probe with a timeout under 1 s never sees
+    200 (and /health is the same handler)."""
+    sim = sim_server("--sim-instant")
+    for path in ("/health_generate", "/health"):
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.get(sim.base_url + path, timeout=0.5, trust_env=False)
+        assert _get(sim.base_url, path).status_code == 200
+
+
+# --------------------------------------------------------------------------- chat completions
+
+THINK = {"separate_reasoning": True, "chat_template_kwargs": {"enable_thinking": True}}
+
+
+def test_without_reasoning_parser_the_think_markers_stay_in_content(sim_server):
+    """sglang/srt/entrypoints/openai/serving_chat.py _build_chat_response: reasoning is split
+    only `if self.reasoning_parser and request.separate_reasoning`; otherwise the raw text,
+    <think> markers included, is the content and reasoning_content is null."""
+    sim = sim_server("--sim-instant")
+    body = _chat(sim.base_url, "Why is the sky blue?", max_tokens=30000, **THINK).json()
+    msg = body["choices"][0]["message"]
+    assert msg["content"].startswith("<think>\n") and "\n</think>\n\n" in msg["content"]
+    assert msg["reasoning_content"] is None
+    # No parser: the scheduler does not count reasoning tokens either.
+    assert body["usage"]["reasoning_tokens"] == 0
+    assert body["usage"]["completion_tokens_details"] is None
+
+
+def test_separate_reasoning_false_keeps_raw_text_even_with_a_parser(sim_server):
+    """sglang/srt/entrypoints/openai/serving_chat.py: the split needs separate_reasoning
+    (protocol.py default True)."""
+    sim = sim_server("--sim-instant", "--reasoning-parser", "qwen3")
+    body = _chat(sim.base_url, "Why is the sky blue?", max_tokens=30000,
+                 separate_reasoning=False,
+                 chat_template_kwargs={"enable_thinking": True}).json()
+    assert "</think>" in body["choices"][0]["message"]["content"]
+
+
+def test_with_reasoning_parser_the_trace_is_split(sim_server):
+    """sglang/srt/parser/reasoning_parser.py detect_and_parse: reasoning is the text before
+    </think> (leading <think> dropped), content what follows, neither stripped."""
+    sim = sim_server("--sim-instant", "--reasoning-parser", "qwen3")
+    body = _chat(sim.base_url, "Why is the sky blue?", max_tokens=30000, **THINK).json()
+    msg = body["choices"][0]["message"]
+    assert msg["reasoning_content"].startswith("\n") and "<think>" not in msg["reasoning_content"]
+    assert msg["content"].startswith("\n\n") and msg["content"].strip()
+    assert "</think>" not in msg["content"]
+
+
+def test_cut_inside_thinking_gives_empty_content_and_all_text_in_reasoning(sim_server):
+    """sglang/srt/parser/reasoning_parser.py: no </think> in the text means "reasoning was
+    truncated before end token": all of it is reasoning_text; serving_chat.py then sends
+    content "" (never null)."""
+    sim = sim_server("--sim-instant", "--reasoning-parser", "qwen3")
+    body = _chat(sim.base_url, "Prove Fermat's last theorem.", max_tokens=12, **THINK).json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "length"
+    assert choice["message"]["content"] == ""
+    assert len(choice["message"]["reasoning_content"].split()) == 12
+    assert choice["matched_stop"] is None
+
+
+def test_matched_stop_is_the_eos_token_id_and_no_tool_calls_key(sim_server):
+    """sglang/srt/entrypoints/openai/serving_chat.py: matched_stop is finish_reason["matched"]
+    (the stop token id, an int, for an EOS stop); protocol.py ChatMessage drops tool_calls
+    when None, and ChatCompletionResponseChoice drops hidden_states & co."""
+    sim = sim_server("--sim-instant", "--reasoning-parser", "qwen3")
+    body = _chat(sim.base_url, "Say hi.", max_tokens=30000, **THINK).json()
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop"
+    assert isinstance(choice["matched_stop"], int) and choice["matched_stop"] == 151645
+    assert set(choice["message"]) == {"role", "content", "reasoning_content"}
+    assert set(choice) == {"index", "message", "logprobs", "finish_reason", "matched_stop"}
+    assert set(body) == {"id", "object", "created", "model", "choices", "usage", "metadata"}
+
+
+def test_usage_shape_completion_tokens_details_only_with_reasoning(sim_server):
+    """sglang/srt/entrypoints/openai/usage_processor.py calculate_token_usage:
+    completion_tokens_details = {reasoning_tokens} only when reasoning_tokens > 0;
+    UsageInfo field order in protocol.py."""
+    sim = sim_server("--sim-instant", "--reasoning-parser", "qwen3")
+    on = _chat(sim.base_url, "Explain tides.", max_tokens=30000, **THINK).json()["usage"]
+    assert list(on) == ["prompt_tokens", "total_tokens", "completion_tokens",
+                        "prompt_tokens_details", "reasoning_tokens",
+                        "completion_tokens_details"]
+    assert on["reasoning_tokens"] > 0
+    assert on["completion_tokens_details"] == {"reasoning_tokens": on["reasoning_tokens"]}
+    off = _chat(sim.base_url, "Explain tides.", max_tokens=50,
+                chat_template_kwargs={"enable_thinking": False}).json()["usage"]
+    assert off["reasoning_tokens"] == 0 and off["completion_tokens_details"] is None
+
+
+def test_model_defaults_to_default_and_is_echoed(sim_server):
+    """sglang/srt/entrypoints/openai/protocol.py: ChatCompletionRequest.model defaults to
+    DEFAULT_MODEL_NAME "default"; the response echoes request.model."""
+    sim = sim_server("--sim-instant")
+    r = httpx.post(sim.base_url + "/v1/chat/completions", trust_env=False, timeout=30,
+                   json={"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4})
+    assert r.json()["model"] == "default"
+    assert _chat(sim.base_url, max_tokens=4).json()["model"] == "sim/test-model"
+
+
+def _error(r: httpx.Response) -> str:
+    assert r.status_code == 400
+    body = r.json()
+    assert body == {"object": "error", "message": body["message"], "type": "BadRequestError",
+                    "param": None, "code": 400}
+    return body["message"]
+
+
+def test_input_at_context_length_is_refused(sim_server):
+    """sglang/srt/managers/tokenizer_manager.py _validate_one_request:
+    `input_token_num >= self.context_len` is refused with "The input (N tokens) is longer than
+    the model's context length (M tokens)."; serving_chat.py answers 400 BadRequestError."""
+    sim = sim_server("--sim-instant", "--context-length", "100")
+    # 4 + 2 template tokens + 376 chars / 4 = 100 tokens: exactly the context.
+    msg = _error(_chat(sim.base_url, "x" * 376))
+    assert msg == "The input (100 tokens) is longer than the model's context length (100 tokens)."
+    assert _chat(sim.base_url, "x" * 372, max_tokens=1).status_code == 200   # 99 tokens
+
+
+def test_input_plus_max_tokens_over_context_is_refused_but_equal_is_fine(sim_server):
+    """sglang/srt/managers/tokenizer_manager.py _validate_one_request: the total check is
+    `(max_new_tokens + input_token_num) > _max_req_len` (strictly greater)."""
+    sim = sim_server("--sim-instant", "--context-length", "100")
+    ok = _chat(sim.base_url, "x" * 160, max_tokens=54)          # 46 + 54 = 100: allowed
+    assert ok.status_code == 200
+    msg = _error(_chat(sim.base_url, "x" * 160, max_tokens=55))
+    assert msg == ("Requested token count exceeds the model's maximum context length of 100 "
+                   "tokens. You requested a total of 101 tokens: 46 tokens from the input "
+                   "messages and 55 tokens for the completion. Please reduce the number of "
+                   "tokens in the input messages or the completion to fit within the limit.")
+
+
+def test_max_completion_tokens_over_context_is_refused_first(sim_server):
+    """sglang/srt/entrypoints/openai/serving_chat.py _validate_request: max_completion_tokens
+    (or max_tokens) above the context length is refused before tokenizing, with SGLang's
+    message (no space after the period)."""
+    sim = sim_server("--sim-instant", "--context-length", "100")
+    msg = _error(_chat(sim.base_url, "x" * 800, max_completion_tokens=101))
+    assert msg == ("max_completion_tokens is too large: 101.This model supports at most 100 "
+                   "completion tokens.")
+
+
+def test_model_with_colon_asks_for_a_lora_adapter(sim_server):
+    """sglang/srt/entrypoints/openai/serving_base.py _parse_model_parameter reads
+    "base:adapter" as a LoRA adapter; sglang/srt/managers/tokenizer_manager.py refuses it
+    without --enable-lora."""
+    sim = sim_server("--sim-instant")
+    r = httpx.post(sim.base_url + "/v1/chat/completions", trust_env=False, timeout=30,
+                   json={"model": "team:model", "max_tokens": 4,
+                         "messages": [{"role": "user", "content": "Hi"}]})
+    assert _error(r).startswith("LoRA adapter 'model' was requested, but LoRA is not enabled.")
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def test_crash_logs_scheduler_exception_then_sigquit_and_ends_by_sigkill(sim_server):
+    """sglang/srt/managers/scheduler.py run_scheduler_process logs "Scheduler hit an
+    exception: <traceback>" and sends SIGQUIT to the launcher; the running-phase handler
+    (sglang/srt/managers/tokenizer_manager.py) logs "SIGQUIT received. signum=None,
+    frame=None. It usually means one child failed." and kill_process_tree
+    (sglang/srt/utils/common.py) SIGKILLs the tree, itself last: the exit is signal 9."""
+    sim = sim_server("--sim-instant")
+    httpx.post(sim.base_url + "/sim/fault", json={"fault": "crash"}, timeout=5, trust_env=False)
+    assert sim.proc.wait(timeout=15) == -signal.SIGKILL
+    log = sim.log_text()
+    first = log.index("Scheduler hit an exception: Traceback (most recent call last):")
+    assert first < log.index("SIGQUIT received. signum=None, frame=None. It usually means "
+                             "one child failed.")
+
+
+def test_retraction_lines_are_harmless(sim_server):
+    """sglang/srt/managers/scheduler.py: "KV cache pool is full. Retract requests." is a
+    warning; the retracted requests are queued again and finish normally."""
+    sim = sim_server("--sim-fault", "retract", "--sim-time-scale", "40",
+                     "--sim-tokens-per-s", "100", "--reasoning-parser", "qwen3")
+    results = []
+    threads = [threading.Thread(target=lambda i=i: results.append(
+        _chat(sim.base_url, f"prompt {i}", max_tokens=400, **THINK).status_code))
+        for i in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert results == [200] * 6
+    assert "KV cache pool is full. Retract requests." in sim.log_text()
+    assert sim.proc.poll() is None
