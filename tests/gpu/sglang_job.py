@@ -130,7 +130,10 @@ class RealJob:
         return json.loads(out.stdout)
 
     def wait(self, condition: Callable[[dict[str, Any]], bool], what: str,
-             timeout_s: float) -> dict[str, Any]:
+             timeout_s: float, explain: Callable[[dict[str, Any]], Any] | None = None
+             ) -> dict[str, Any]:
+        """Poll `status --json` until `condition`; on a timeout, say where things stood
+        (and what `explain` makes of the last status)."""
         deadline = time.monotonic() + timeout_s
         last: dict[str, Any] | None = None
         while time.monotonic() < deadline:
@@ -146,7 +149,9 @@ class RealJob:
         servers = [(x["name"], x["state"], x["state_reason"]) for x in (last or {}).get(
             "servers", [])]
         raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}; servers "
-                             f"{servers}; job {(last or {}).get('job')}\n{self.log_tail()}")
+                             f"{servers}; job {(last or {}).get('job')}; paused "
+                             f"{(last or {}).get('paused')}; "
+                             f"{explain(last) if explain and last else ''}\n{self.log_tail()}")
 
     def stop(self) -> None:
         if self.proc.poll() is None:
@@ -158,14 +163,41 @@ class RealJob:
                 self.proc.wait(timeout=10)
 
 
-def start_job(directory: Path, data: dict[str, Any]) -> RealJob:
+def start_job(directory: Path, data: dict[str, Any], *, shared_gpu: bool = True) -> RealJob:
+    """`dflash-supervisor run` as a child process in its own session; with `shared_gpu`,
+    through the shim that lets two servers share one GPU (shared_gpu.py)."""
     toml = write_toml(directory / "job.toml", data)
+    main = ["-m", "tests.gpu.shared_gpu", "daemon"] if shared_gpu else ["-m", "supervisor"]
     with open(directory / "daemon.log", "ab") as log:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.gpu.shared_gpu", "daemon", "run", "--config",
-             str(toml)], cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen([sys.executable, *main, "run", "--config", str(toml)],
+                                cwd=REPO, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
     return RealJob(directory, proc, data["control"]["socket"])
+
+
+def nvml_problems(status: dict[str, Any]) -> list[str]:
+    """What is missing from the NVML figures in `status --json` (the real pynvml path):
+    power, its limit, utilisation, memory and the energy counter of GPU 0, and the job's
+    energy so far from that counter. Empty when all are there."""
+    gpus = status["gpus"]
+    if not gpus["available"]:
+        return [f"no GPU telemetry: {gpus['reason']}"]
+    problems = [] if gpus["driver_version"] else ["no driver version"]
+    g = next((g for g in gpus["gpus"] if g["index"] == 0), None)
+    if g is None:
+        return problems + ["GPU 0 not in the telemetry"]
+    for key in ("power_w", "power_limit_w", "memory_used_bytes", "memory_total_bytes",
+                "energy_j"):      # energy: the driver's counter (Volta and newer)
+        if not g[key] or g[key] <= 0:
+            problems.append(f"GPU 0 {key} = {g[key]!r} ({g['errors']})")
+    if g["utilization_pct"] is None or not 0 <= g["utilization_pct"] <= 100:
+        problems.append(f"GPU 0 utilization_pct = {g['utilization_pct']!r}")
+    energy = status["energy"] or {}
+    if not str(energy.get("source", "")).startswith("counter"):
+        problems.append(f"energy source {energy.get('source')!r}")
+    if not energy.get("kwh_so_far"):
+        problems.append(f"kwh_so_far = {energy.get('kwh_so_far')!r}")
+    return problems
 
 
 def server(status: dict[str, Any], name: str) -> dict[str, Any]:

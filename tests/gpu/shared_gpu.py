@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import Callable
 
 DEVICE_ENV = "DFLASH_GPU_TEST_DEVICE"
 # The daemon shim's GPU count: the test's config names GPUs 0 and 1.
@@ -33,17 +34,19 @@ def launch(argv: list[str]) -> None:
     os.execv(sys.executable, [sys.executable, *argv])
 
 
+def at_least(count_gpus: Callable[..., int | None], named: int) -> Callable[..., int | None]:
+    """`count_gpus` raised to `named`; None (no driver) stays None."""
+    def count(nvml=None):  # type: ignore[no-untyped-def]
+        real = count_gpus(nvml)
+        return None if real is None else max(real, named)
+    return count
+
+
 def daemon(argv: list[str]) -> int:
     import supervisor.gpu.nvml_source as nvml_source
     from supervisor.cli import main
 
-    real = nvml_source.node_gpu_count
-
-    def at_least_named(nvml=None):  # type: ignore[no-untyped-def]
-        count = real(nvml)
-        return None if count is None else max(count, NAMED_GPUS)
-
-    nvml_source.node_gpu_count = at_least_named
+    nvml_source.node_gpu_count = at_least(nvml_source.node_gpu_count, NAMED_GPUS)
     return main(argv)
 
 

@@ -25,19 +25,20 @@ import json
 import os
 import signal
 import sqlite3
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from tests.gpu.sglang_job import (RealJob, build_model, in_flight, job_config,
-                                  missing_for_gpu_test, server, start_job)
+                                  missing_for_gpu_test, nvml_problems, server, start_job)
 from tests.gpu.tiny_qwen3 import THINK_CLOSE, THINK_OPEN, TinyModel
 
 _why_not = missing_for_gpu_test()
 pytestmark = [pytest.mark.gpu, pytest.mark.slow,
               pytest.mark.skipif(_why_not is not None, reason=_why_not or "")]
 
-PROMPTS = 1200
+PROMPTS = 3000
 RAISED_MAX_TOKENS = 64
 BATCH = 40          # answers to see in each phase before moving on
 
@@ -94,9 +95,10 @@ def _run_scenario(job: RealJob, model: TinyModel, first: int) -> None:
     job.ctl("max-tokens", str(RAISED_MAX_TOKENS))
     s = job.wait(lambda s: s["max_tokens"] == RAISED_MAX_TOKENS, "the new max tokens", 30)
     job.ctl("resume")
-    s = job.wait(lambda s: s["job"]["done"] >= done_at_first + BATCH,
-                 "answers at the raised limit", timeout_s=120)
-    _check_gpu_telemetry(s)
+    job.wait(lambda s: s["job"]["done"] >= done_at_first + BATCH,
+             "answers at the raised limit", timeout_s=120)
+    s = job.wait(lambda s: not nvml_problems(s), "NVML power, utilisation and energy",
+                 timeout_s=30, explain=nvml_problems)
 
     # Phase 3: SIGKILL one server's whole process group (SGLang's scheduler and detokenizer
     # are its children), with requests likely in flight; the daemon must restart it.
@@ -118,24 +120,11 @@ def _run_scenario(job: RealJob, model: TinyModel, first: int) -> None:
 
     # Phase 4: the rest of the job on both servers; the daemon exits 0 when it is done.
     job.ctl("resume")
-    job.wait(lambda s: s["job"]["done"] == PROMPTS, "every prompt answered", timeout_s=240)
-    assert job.proc.wait(timeout=120) == 0, job.log_tail()
-
-
-def _check_gpu_telemetry(s: dict) -> None:
-    """The real pynvml path, through the status contract."""
-    gpus = s["gpus"]
-    assert gpus["available"], gpus["reason"]
-    assert gpus["driver_version"]
-    g = next(g for g in gpus["gpus"] if g["index"] == 0)
-    assert g["power_w"] and g["power_w"] > 0, g
-    assert g["power_limit_w"] and g["power_limit_w"] >= g["power_w"], g
-    assert g["utilization_pct"] is not None and 0 <= g["utilization_pct"] <= 100, g
-    assert g["memory_used_bytes"] and g["memory_total_bytes"], g
-    assert g["energy_j"] and g["energy_j"] > 0, g     # the driver's counter (Volta and newer)
-    energy = s["energy"]
-    assert energy is not None and energy["source"].startswith("counter"), energy
-    assert energy["kwh_so_far"] is not None and energy["kwh_so_far"] > 0, energy
+    try:
+        code = job.proc.wait(timeout=240)
+    except subprocess.TimeoutExpired:
+        raise AssertionError(f"the job did not finish: {job.status()}\n{job.log_tail()}")
+    assert code == 0, job.log_tail()
 
 
 def _check_output(directory: Path, model: TinyModel, first: int) -> None:

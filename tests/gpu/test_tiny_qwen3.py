@@ -72,6 +72,8 @@ def test_config_carries_what_sglang_reads(tiny: TinyModel):
     assert tiny.im_end_id in gen["eos_token_id"]
     # The weights are the files' only large part: tiny enough to copy to a GPU machine.
     assert (tiny.path / "model.safetensors").stat().st_size < 16 * 2**20
+    # What a test that built the model in a child process reads back.
+    assert TinyModel.load(tiny.path) == tiny
 
 
 def test_chat_template_renders_qwen3s_generation_prompt(loaded):
@@ -156,3 +158,16 @@ def test_expected_matches_what_the_model_says_at_every_cut(loaded, tiny: TinyMod
 def test_a_model_directory_named_like_a_builtin_template_is_refused(tmp_path: Path):
     with pytest.raises(ValueError, match="built-in chat templates"):
         build_tiny_qwen3(tmp_path / "my-qwen3-tiny")
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+def test_on_a_cuda_device_in_bf16_it_says_the_same_chain(tiny: TinyModel):
+    """The GPU's bf16 kernels (not the CPU's) keep the planted margins: what SGLang will
+    run, short of SGLang's own kernels."""
+    tok = transformers.AutoTokenizer.from_pretrained(tiny.path)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny.path,
+                                                              dtype=torch.bfloat16).to("cuda")
+    for prompt in PROMPTS:
+        _, ids = _prompt_ids(tok, prompt, enable_thinking=True)
+        assert _generate(model, ids.to("cuda"), max_new_tokens=64) == list(tiny.chain_ids)
