@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import replace
-from typing import Any, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 import anyio
 import anyio.abc
@@ -29,7 +29,7 @@ from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.status import flag_value
 from supervisor.control.peer import actor_of
 from supervisor.dispatch.dispatcher import Dispatcher
-from supervisor.servers.fleet import Fleet
+from supervisor.servers.fleet import Fleet, RollBusy, RollingResult, RollTicket
 
 log = logging.getLogger("supervisor.control")
 
@@ -59,7 +59,6 @@ class Actions:
         self.astore = astore
         self.tg = tg
         self.clock = clock
-        self._rolling: str | None = None      # what runs now, for the refusal message
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -145,19 +144,23 @@ class Actions:
         await self.audit("resume", caller, {}, result)
         return result
 
-    def _start_roll(self, what: str, job: Any) -> None:
-        if self._rolling is not None:
-            raise Refused(409, f"{self._rolling} is still running; wait for it to finish")
-        self._rolling = what
+    def _start_roll(self, what: str,
+                    roll: Callable[[RollTicket], Awaitable[RollingResult]]) -> None:
+        # Reserved before answering 202, in the fleet's own guard (which a config reload's
+        # roll holds too): a second roll is a 409 now, not a 202 that waits its turn.
+        try:
+            ticket = self.fleet.reserve_roll(what)
+        except RollBusy as exc:
+            raise Refused(409, str(exc)) from None
 
         async def run() -> None:
             try:
-                result = await job()
+                result = await roll(ticket)
                 if not result.ok:
                     log.warning("control: %s stopped at %s: %s", what, result.aborted_at,
                                 result.reason)
             finally:
-                self._rolling = None
+                self.fleet.release_roll(ticket)
 
         self.tg.start_soon(run, name=what)
 
@@ -167,7 +170,7 @@ class Actions:
         order = (req.server,) if req.server else tuple(self.server_names())
         what = f"restart of {req.server}" if req.server else "rolling restart"
         actor = actor_of(caller)
-        self._start_roll(what, lambda: self.fleet.restart(req.server, actor))
+        self._start_roll(what, lambda t: self.fleet.restart(req.server, actor, t))
         result = RestartResult(order=order, reason="restart requested")
         await self.audit("restart", caller, req, result)
         return result
@@ -202,7 +205,7 @@ class Actions:
             raise Refused(422, f"retune: {exc}") from None
         actor = actor_of(caller)
         what = f"retune of {req.server}" if req.server else "rolling retune"
-        self._start_roll(what, lambda: self.fleet.retune(flags, req.server, actor))
+        self._start_roll(what, lambda t: self.fleet.retune(flags, req.server, actor, t))
         result = RetuneResult(changes=tuple(changes), order=tuple(targets))
         await self.audit("retune", caller, req, result)
         return result

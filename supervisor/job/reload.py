@@ -20,6 +20,7 @@ from state.store import Store
 from supervisor.contract.event_kinds import EventKind
 from supervisor.config import JobConfig
 from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused, load_for_reload
+from supervisor.servers.fleet import Fleet, RollBusy, RollTicket
 from supervisor.uploads.backoff import Backoff
 from supervisor.uploads.disk_guard import RESUME_MARGIN
 
@@ -36,12 +37,18 @@ async def reload_job(job: Any, actor: str) -> str:
                 raise ReloadRefused("this job was not started from a config file")
             new, plan = await anyio.to_thread.run_sync(
                 load_for_reload, job.reload_config, job.file_config)
+            ticket = _reserve_roll(job.fleet, plan)
         except ReloadRefused as exc:
             line = f"reload refused: {exc}"
             log.error("%s (the job goes on with the config it has)", line)
             event = {"result": "refused", "error": str(exc)}
         else:
-            await apply_reload(job, new, plan, actor, job.task_group)
+            try:
+                await apply_reload(job, new, plan, actor, job.task_group, ticket)
+            except BaseException:
+                if ticket is not None:
+                    job.fleet.release_roll(ticket)      # its roll never started
+                raise
             job.file_config = new
             line = f"reload applied: {plan.summary()}"
             if plan.rolling:
@@ -56,8 +63,19 @@ async def reload_job(job: Any, actor: str) -> str:
         return line
 
 
+def _reserve_roll(fleet: Fleet | None, plan: ReloadPlan) -> RollTicket | None:
+    # The fleet's one-roll guard, taken before anything is applied: with an operator's
+    # restart or retune rolling, the reload is refused whole instead of queueing its roll.
+    if fleet is None or not plan.rolling:
+        return None
+    try:
+        return fleet.reserve_roll("the config reload's rolling restart")
+    except RollBusy as exc:
+        raise ReloadRefused(f"{exc}; nothing applied") from None
+
+
 async def apply_reload(job: Any, new: JobConfig, plan: ReloadPlan, actor: str,
-                       tg: anyio.abc.TaskGroup | None) -> None:
+                       tg: anyio.abc.TaskGroup | None, ticket: RollTicket | None) -> None:
     dispatcher, fleet = job.dispatcher, job.fleet
     job.config = new
     if dispatcher is not None:
@@ -68,8 +86,11 @@ async def apply_reload(job: Any, new: JobConfig, plan: ReloadPlan, actor: str,
     if fleet is not None:
         _servers_live(fleet, new, plan)
     _uploads_live(job, new, plan)
-    if fleet is not None and plan.rolling and tg is not None:
-        tg.start_soon(_roll, fleet, new, plan, actor, name="reload: rolling restart")
+    if fleet is not None and ticket is not None:
+        if tg is None:
+            fleet.release_roll(ticket)
+        else:
+            tg.start_soon(_roll, fleet, plan, actor, ticket, name="reload: rolling restart")
 
 
 def _servers_live(fleet: Any, new: JobConfig, plan: ReloadPlan) -> None:
@@ -108,12 +129,15 @@ def _resume_bytes(min_free_bytes: int) -> int:
     return int(min_free_bytes * (1 + RESUME_MARGIN))
 
 
-async def _roll(fleet: Any, new: JobConfig, plan: ReloadPlan, actor: str) -> None:
+async def _roll(fleet: Fleet, plan: ReloadPlan, actor: str, ticket: RollTicket) -> None:
     delta = plan.flag_delta()
-    if delta:
-        result = await fleet.retune(delta, None, actor)
-    else:
-        result = await fleet.restart(None, actor)
+    try:
+        if delta:
+            result = await fleet.retune(delta, None, actor, ticket)
+        else:
+            result = await fleet.restart(None, actor, ticket)
+    finally:
+        fleet.release_roll(ticket)
     if result.ok:
         log.info("reload: rolling restart done (%s)", ", ".join(result.restarted))
     else:

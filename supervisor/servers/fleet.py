@@ -4,7 +4,8 @@
 ManagedServer task per GPU (or tensor-parallel group) until cancelled; cancelling it stops
 every process group and waits for them. Operator actions (restart, retune, reset) are
 methods; a rolling restart waits for each server to be READY again before touching the next,
-so throughput never drops to zero.
+so throughput never drops to zero. One roll at a time, whoever asks (the control socket, a
+config reload): a second is refused at once (`RollBusy`), never queued behind the first.
 """
 
 from __future__ import annotations
@@ -12,9 +13,10 @@ from __future__ import annotations
 import logging
 import random
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import anyio
 import httpx
@@ -63,6 +65,18 @@ class RollingResult:
         return self.aborted_at is None
 
 
+class RollBusy(RuntimeError):
+    """A rolling restart or retune runs already; the message names it."""
+
+
+class RollTicket:
+    """The right to run the one roll: taken before the roll starts, so a caller that answers
+    before the roll runs (the socket's 202, a reload) knows at once whether it may."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+
+
 class Fleet:
     def __init__(self, config: JobConfig, astore: Any, dispatcher: Any,
                  options: FleetOptions | None = None) -> None:
@@ -73,7 +87,7 @@ class Fleet:
         o = self.options
         self.ready_event = anyio.Event()   # set the first time any server is READY
         self._changed = anyio.Event()
-        self._rolling = anyio.Lock()
+        self._roll_ticket: RollTicket | None = None
         specs = build_specs(config.servers)
         self._ctx = FleetContext(
             store_call=self._store_call, dispatcher=dispatcher,
@@ -180,14 +194,51 @@ class Fleet:
 
     # -- operator actions -------------------------------------------------------------------
 
-    async def restart(self, name: str | None, actor: str) -> RollingResult:
-        """Drain, stop and start one server, or all of them one at a time. Returns when done."""
-        targets = [self._server(name)] if name else list(self.servers.values())
-        return await self._roll(targets, actor, "restart requested")
+    @property
+    def rolling(self) -> str | None:
+        """The roll that runs (or is about to start), if any."""
+        return self._roll_ticket.what if self._roll_ticket is not None else None
 
-    async def retune(self, flags: Mapping[str, Any], name: str | None, actor: str) -> RollingResult:
+    def reserve_roll(self, what: str) -> RollTicket:
+        """The one "one roll at a time" guard: RollBusy while another roll holds it."""
+        if self._roll_ticket is not None:
+            raise RollBusy(f"{self._roll_ticket.what} is still running; wait for it to finish")
+        self._roll_ticket = RollTicket(what)
+        return self._roll_ticket
+
+    def release_roll(self, ticket: RollTicket) -> None:
+        """Idempotent: a ticket released twice, or never used, frees the guard once."""
+        if self._roll_ticket is ticket:
+            self._roll_ticket = None
+
+    @contextmanager
+    def _holding(self, ticket: RollTicket | None, what: str) -> Iterator[None]:
+        if ticket is None:
+            ticket = self.reserve_roll(what)
+        elif ticket is not self._roll_ticket:
+            raise RollBusy(f"{what}: its reservation was released before it ran")
+        try:
+            yield
+        finally:
+            self.release_roll(ticket)
+
+    async def restart(self, name: str | None, actor: str,
+                      ticket: RollTicket | None = None) -> RollingResult:
+        """Drain, stop and start one server, or all of them one at a time. Returns when done.
+        `ticket`: a roll the caller reserved; without one it is reserved here (RollBusy)."""
+        with self._holding(ticket, f"restart of {name}" if name else "rolling restart"):
+            targets = [self._server(name)] if name else list(self.servers.values())
+            return await self._roll(targets, actor, "restart requested")
+
+    async def retune(self, flags: Mapping[str, Any], name: str | None, actor: str,
+                     ticket: RollTicket | None = None) -> RollingResult:
         """New SGLang flags (None removes one) for one server or all, applied by a rolling
         restart. Raises ConfigError before touching anything if the flags are invalid."""
+        with self._holding(ticket, f"retune of {name}" if name else "rolling retune"):
+            return await self._retune(flags, name, actor)
+
+    async def _retune(self, flags: Mapping[str, Any], name: str | None,
+                      actor: str) -> RollingResult:
         targets = [self._server(name)] if name else list(self.servers.values())
         new = {s.name: with_flags(replace(self.config, servers=s.servers), flags).servers
                for s in targets}
@@ -213,14 +264,13 @@ class Fleet:
 
     async def _roll(self, targets: list[ManagedServer], actor: str, reason: str,
                     prepare: Callable[[ManagedServer], None] | None = None) -> RollingResult:
-        async with self._rolling:
-            done: list[str] = []
-            for server in targets:
-                if prepare is not None:
-                    prepare(server)
-                ok, why = await server.restart_and_wait(actor, reason)
-                if not ok:
-                    log.warning("%s: %s stopped at this server: %s", server.name, reason, why)
-                    return RollingResult(tuple(done), server.name, why)
-                done.append(server.name)
-            return RollingResult(tuple(done))
+        done: list[str] = []
+        for server in targets:
+            if prepare is not None:
+                prepare(server)
+            ok, why = await server.restart_and_wait(actor, reason)
+            if not ok:
+                log.warning("%s: %s stopped at this server: %s", server.name, reason, why)
+                return RollingResult(tuple(done), server.name, why)
+            done.append(server.name)
+        return RollingResult(tuple(done))

@@ -11,6 +11,7 @@ import anyio
 import httpx
 import pytest
 
+from supervisor.client.control_client import ControlClient, ControlRefused
 from supervisor.config import load_config
 from supervisor.job.main_loop import Job
 from tests.fixtures.job_toml import job_data, write_toml
@@ -24,6 +25,11 @@ SLOW = {"sim-time-scale": 10.0}     # about half a second a request
 def reload_events(cfg) -> list[tuple[dict, str]]:
     return [(json.loads(d), a) for d, a in query(
         cfg, "SELECT detail, actor FROM events WHERE kind = 'config_reload' ORDER BY id")]
+
+
+def restart_over_the_socket(directory: Path) -> None:
+    with ControlClient(str(directory / "control.sock")) as client:
+        client.restart()
 
 
 def setup(tmp_path: Path, **kw) -> tuple[Path, dict]:
@@ -88,6 +94,21 @@ async def test_a_changed_server_flag_rolls_through_the_servers(tmp_path: Path):
         line = await job.reload("systemd")
         assert line.endswith("(rolling restart of the servers)"), line
         assert job.fleet is not None
+        # One roll at a time, whoever asks: the socket refuses a restart while the reload's
+        # roll runs (it used to answer 202 and queue it behind), and a second reload that
+        # would roll is refused whole.
+        assert job.fleet.rolling == "the config reload's rolling restart"
+        with pytest.raises(ControlRefused) as refused:
+            await anyio.to_thread.run_sync(restart_over_the_socket, path.parent)
+        assert refused.value.status == 409 and "reload's rolling restart" in str(refused.value)
+        data["servers"]["flags"]["max-running-requests"] = 5
+        write_toml(path, data)
+        again = await job.reload("systemd")
+        assert again.startswith("reload refused: the config reload's rolling restart is still "
+                                "running"), again
+        assert again.endswith("nothing applied")
+        data["servers"]["flags"]["max-running-requests"] = 4
+        write_toml(path, data)
         for name, server in job.fleet.servers.items():
             await wait_for(lambda s=server: s.max_running == 4 and str(s.state) == "READY",
                            f"{name} back with the new flag", timeout_s=60)
@@ -98,9 +119,10 @@ async def test_a_changed_server_flag_rolls_through_the_servers(tmp_path: Path):
     _, result = await run_job(cfg, retune, timeout_s=120)
     assert seen == {"gpu0": 4, "gpu1": 4}
     assert_every_prompt_once(cfg, result, 300)
-    [(event, _)] = reload_events(cfg)
+    [(event, _), (refused, _)] = reload_events(cfg)
     assert event["changes"] == {"servers.flags.max-running-requests": [8, 4]}
     assert event["rolling_restart"] is True
+    assert refused["result"] == "refused"
     assert query(cfg, "SELECT subject, actor FROM events WHERE kind = 'server_retune'") == [
         ("*", "systemd")]
 
