@@ -23,7 +23,10 @@ def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSect
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
-        "max_tokens": max_tokens,
+        # SGLang 0.5.23 marks max_tokens deprecated in favour of max_completion_tokens (which
+        # counts reasoning and visible tokens alike) and reads the new name first
+        # (`sglang/srt/entrypoints/openai/protocol.py` ChatCompletionRequest): one name only.
+        "max_completion_tokens": max_tokens,
         "temperature": gen.temperature,
         "top_p": gen.top_p,
         "stream": False,

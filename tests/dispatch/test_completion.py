@@ -20,7 +20,7 @@ def _ok(**over):
 
 def test_request_body_turns_thinking_on_with_live_max_tokens():
     body = request_body("m", [{"role": "user", "content": "hi"}], GenerationSection(), 8192)
-    assert body["max_tokens"] == 8192
+    assert body["max_completion_tokens"] == 8192 and "max_tokens" not in body
     assert body["chat_template_kwargs"] == {"enable_thinking": True}
     assert body["separate_reasoning"] is True and body["stream"] is False
     off = request_body("m", [], GenerationSection(enable_thinking=False), 10)

@@ -283,7 +283,7 @@ async def test_answers_cut_off_inside_the_thinking_pause_dispatch_by_default(tmp
 async def test_max_tokens_at_or_past_the_context_length_is_refused(tmp_path):
     store = open_store(tmp_path, _rows(2))
     cfg = job_config(tmp_path, generation={"max_tokens": 4096},
-                     servers={"flags": {"context-length": 16384}})
+                     servers={"flags": {"context-length": 16384, "reasoning-parser": "qwen3"}})
     try:
         async with dispatching(store, cfg) as (d, astore):
             with pytest.raises(ValueError, match="context length"):
