@@ -67,8 +67,10 @@ def build_model(directory: Path, timeout_s: float = 120.0) -> TinyModel:
     return TinyModel.load(path)
 
 
-def job_config(directory: Path, model: TinyModel, *, prompts: int,
+def job_config(directory: Path, model_path: Path, *, prompts: int,
                max_tokens: int) -> dict[str, Any]:
+    """Two servers, GPUs "0" and "1" (both the shared device), on the model at
+    `model_path`, the demo prompts, local shards; every reaction quick but SGLang's load."""
     prompts_file = directory / "prompts.jsonl"
     write_demo_prompts(prompts_file, prompts)
     return {
@@ -77,7 +79,7 @@ def job_config(directory: Path, model: TinyModel, *, prompts: int,
         "generation": {"max_tokens": max_tokens, "temperature": 0.6, "top_p": 0.95,
                        "enable_thinking": True},
         "servers": {
-            "gpus": [0, 1], "base_port": free_base_port(2), "model_path": str(model.path),
+            "gpus": [0, 1], "base_port": free_base_port(2), "model_path": str(model_path),
             "command": [sys.executable, str(SHARED_GPU), "launch", "-m", "sglang.launch_server"],
             "startup_timeout_s": 300.0, "health_interval_s": 1.0, "health_timeout_s": 10.0,
             "hang_timeout_s": 120.0, "stop_grace_s": 20.0, "drain_timeout_s": 30.0,
