@@ -8,19 +8,7 @@ from __future__ import annotations
 
 import time
 
-
-def duration(seconds: float | None) -> str:
-    """`42s`, `3m05s`, `2h07m`, `1d03h`; "?" when unknown."""
-    if seconds is None or seconds != seconds or seconds < 0:
-        return "?"
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+from supervisor.client.text import duration
 
 
 def count(n: float) -> str:

@@ -11,9 +11,12 @@ from supervisor.contract.actions import (MaxTokensResult, PauseResult, RequeueRe
 from supervisor.contract import status as c
 
 
-def duration(seconds: float | None) -> str:
-    if seconds is None:
-        return "--"
+def duration(seconds: float | None, unknown: str = "--") -> str:
+    """`42s`, `3m05s`, `2h07m`, `26h42m`, `3d04h`: hours up to two days, so the ETA of a
+    day-long job keeps its minutes. `unknown` for None, NaN or a negative span. The one
+    duration format of the status text, the progress line and dflash-tui."""
+    if seconds is None or seconds != seconds or seconds < 0:
+        return unknown
     s = int(round(seconds))
     if s < 60:
         return f"{s}s"

@@ -12,7 +12,8 @@ from tests.tui import contract_data as data
 from tui.alerts import Severity, alerts
 from tui.event_text import describe, line, who
 from tui.flag_text import FlagSyntaxError, parse_flags, show_value
-from tui.formatting import ago, count, duration, gib, one_line, percent, size
+from supervisor.client.text import duration
+from tui.formatting import ago, count, gib, one_line, percent, size
 from tui.link_state import LinkState
 from tui.widgets.job.length_histogram import columns
 from tui.widgets.servers.server_table import gpu_cells
@@ -22,9 +23,13 @@ LIVE = LinkState(connected=True)
 
 @pytest.mark.parametrize("seconds,text", [
     (None, "?"), (-1, "?"), (float("nan"), "?"), (0, "0s"), (59.4, "59s"), (60, "1m00s"),
-    (3599, "59m59s"), (3600, "1h00m"), (77_525, "21h32m"), (90_000, "1d01h")])
+    (3599, "59m59s"), (3600, "1h00m"), (77_525, "21h32m"), (90_000, "25h00m"),
+    (26.7 * 3600, "26h42m"), (172_800, "2d00h"), (280_000, "3d05h")])
 def test_duration(seconds: float | None, text: str) -> None:
-    assert duration(seconds) == text
+    # One format for the TUI, `status` and the daemon's progress line; each says how it
+    # shows an unknown span.
+    assert duration(seconds, "?") == text
+    assert duration(seconds) == text.replace("?", "--")
 
 
 def test_figures() -> None:

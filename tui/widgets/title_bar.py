@@ -7,7 +7,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from supervisor.contract.status import Status
-from tui.formatting import duration
+from supervisor.client.text import duration
 from tui.link_state import LinkState
 
 

@@ -11,7 +11,8 @@ from textual.reactive import reactive
 from textual.widgets import DataTable
 
 from supervisor.client.fleet_totals import NodeRow
-from tui.formatting import duration, one_line
+from supervisor.client.text import duration
+from tui.formatting import one_line
 
 COLUMNS = (("node", "node"), ("part", "part"), ("done", "done"), ("pct", "%"),
            ("req_s", "req/s"), ("eta", "ETA"), ("servers", "servers"), ("backlog", "backlog"),
@@ -35,7 +36,7 @@ def row_cells(row: NodeRow) -> tuple[str | Text, ...]:
         return (row.socket, "?", "—", "—", "—", "—", "—", "—", state_cell(row))
     ready, servers = row.servers_ready
     pct = f"{100 * s.job.done / s.job.total:.1f}" if s.job.total else "—"
-    eta = "—" if row.remaining == 0 else duration(s.eta.seconds) + (
+    eta = "—" if row.remaining == 0 else duration(s.eta.seconds, "?") + (
         "?" if s.eta.warming_up and s.eta.seconds is not None else "")
     backlog = str(s.uploads.backlog_shards) if s.uploads is not None else "—"
     return (row.socket, row.partition, f"{s.job.done:,}/{s.job.total:,}", pct,

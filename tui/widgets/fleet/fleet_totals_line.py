@@ -8,7 +8,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from supervisor.client.fleet_totals import FleetTotals
-from tui.formatting import duration
+from supervisor.client.text import duration
 
 
 class FleetTotalsLine(Widget):

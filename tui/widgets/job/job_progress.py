@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from rich.text import Text
 
+from supervisor.client.text import duration
 from supervisor.contract.status import Status
-from tui.formatting import count, duration, percent
+from tui.formatting import count, percent
 from tui.text_flow import figure, flow
 from tui.widgets.status_text import StatusText
 
@@ -27,7 +28,7 @@ class JobProgress(StatusText):
         if j.finished:
             tail.append("done", style="bold green")
         else:
-            tail.append(duration(s.eta.seconds), style="bold")
+            tail.append(duration(s.eta.seconds, "?"), style="bold")
             if s.eta.low_s is not None and s.eta.high_s is not None:
                 tail.append(f" ({duration(s.eta.low_s)}–{duration(s.eta.high_s)})", style="dim")
             if s.eta.warming_up:

@@ -9,7 +9,7 @@ from textual.widget import Widget
 
 from supervisor.contract.status import Status
 from tui.bar_chart import bar_rows, bucket_means
-from tui.formatting import duration
+from supervisor.client.text import duration
 
 
 class ThroughputSparkline(Widget):

@@ -11,7 +11,8 @@ from textual.reactive import reactive
 from textual.widgets import DataTable
 
 from supervisor.contract.status import GpuStatus, ServerState, ServerStatus, Status
-from tui.formatting import duration, gib, one_line
+from supervisor.client.text import duration
+from tui.formatting import gib, one_line
 
 STATE_STYLE = {
     ServerState.READY: "green",
