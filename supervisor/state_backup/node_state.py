@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Any
 
 from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.contract.event_kinds import EventKind
-from supervisor.prompts_digest import file_sha256
+from supervisor.file_digest import file_sha256
 from supervisor.state_backup.backup import StateBackup
 from supervisor.state_backup.manifest import BackupManifest
 from supervisor.state_backup.restore import (NodeIdentity, RestoreRefused, adopt_uploaded,

@@ -21,6 +21,7 @@ from state.shard_adoption import AdoptionError, UploadedShard, adopt_shard
 from state.snapshot import SnapshotError, inspect
 from state.store import Store
 from supervisor.config import Partition
+from supervisor.file_digest import file_sha256
 from supervisor.shards.keys import parse_shard_key, partition_dir
 from supervisor.state_backup.keys import MANIFEST_NAME, STATE_DIR, manifest_key
 from supervisor.state_backup.manifest import BackupManifest, ManifestError
@@ -99,13 +100,10 @@ def restore_if_missing(reader: OutputReader, me: NodeIdentity, db_path: Path) ->
     db_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = db_path.with_name(db_path.name + ".restoring")
     reader.download(manifest.db_key, tmp)
-    sha = hashlib.sha256()
-    with open(tmp, "rb") as f:
-        while chunk := f.read(4 * 1024 * 1024):
-            sha.update(chunk)
+    got = file_sha256(tmp)
     try:
-        if sha.hexdigest() != manifest.db_sha256:
-            raise RestoreRefused(f"{manifest.db_key}: its bytes (sha256 {sha.hexdigest()[:12]}…) "
+        if got != manifest.db_sha256:
+            raise RestoreRefused(f"{manifest.db_key}: its bytes (sha256 {got[:12]}…) "
                                  f"are not the backup's ({manifest.db_sha256[:12]}…)")
         try:
             info = inspect(tmp)

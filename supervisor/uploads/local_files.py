@@ -4,23 +4,14 @@ S3 spool alike (the shard writer and the local sink both write through here)."""
 
 from __future__ import annotations
 
-import hashlib
 import os
 from pathlib import Path
 
 from state.crash_points import crash_point
+from supervisor.file_digest import file_sha256
 
 SHARD_GLOB = "shard-*.jsonl"
 TMP_SUFFIX = ".tmp"
-_CHUNK = 1 << 20
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def check_file(path: Path, size: int, sha256: str) -> str | None:
