@@ -32,7 +32,9 @@ def db(directory: Path, sql: str, *args: object) -> list[tuple]:
 
 def run_scenario(job: RealJob, *, prompts: int, check_nvml: bool) -> None:
     # Hold dispatch while the servers load, so each phase below starts from a known point.
-    job.wait(lambda s: True, "the control socket", timeout_s=60)
+    # (The socket may open only after the daemon has checked the flags against SGLang's
+    # --help, which imports SGLang: tens of seconds on a cold machine.)
+    job.wait(lambda s: True, "the control socket", timeout_s=180)
     job.ctl("pause", "gpu test: held until both servers are READY")
     s = job.wait(lambda s: bool(s["paused"]), "the pause", timeout_s=30)
     assert s["job"]["done"] == 0, "answers before the pause: the servers were READY in seconds?"

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -70,7 +71,8 @@ def build_model(directory: Path, timeout_s: float = 120.0) -> TinyModel:
 def job_config(directory: Path, model_path: Path, *, prompts: int,
                max_tokens: int) -> dict[str, Any]:
     """Two servers, GPUs "0" and "1" (both the shared device), on the model at
-    `model_path`, the demo prompts, local shards; every reaction quick but SGLang's load."""
+    `model_path`, the demo prompts, local shards. Quick restarts; a load timeout that
+    leaves SGLang minutes to import and start."""
     prompts_file = directory / "prompts.jsonl"
     write_demo_prompts(prompts_file, prompts)
     return {
@@ -108,15 +110,17 @@ class RealJob:
         return self.directory / "daemon.log"
 
     def log_tail(self, chars: int = 4000) -> str:
-        text = self.log_path.read_text(errors="replace")
-        logs = sorted((self.directory / "logs").glob("*.log"))
-        for path in logs:
+        """The end of the daemon's log and of each server's, for a failure message."""
+        text = self.log_path.read_text(errors="replace")[-chars:]
+        for path in sorted((self.directory / "logs").glob("*.log")):
             text += f"\n--- {path.name} ---\n" + path.read_text(errors="replace")[-chars:]
-        return text[-3 * chars:]
+        return text
 
     def cli(self, *args: str, timeout_s: float = 60.0) -> subprocess.CompletedProcess[str]:
+        # From the repository root, so `-m supervisor` works where the project is not
+        # installed (a GPU machine given only the working tree).
         return subprocess.run([*cli_argv(), *args], capture_output=True, text=True,
-                              timeout=timeout_s, stdin=subprocess.DEVNULL)
+                              timeout=timeout_s, stdin=subprocess.DEVNULL, cwd=REPO)
 
     def ctl(self, *args: str) -> str:
         out = self.cli("ctl", "--socket", self.socket, *args)
@@ -156,13 +160,27 @@ class RealJob:
                              f"{explain(last) if explain and last else ''}\n{self.log_tail()}")
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
+        """SIGTERM (the daemon stops its servers); past a minute, SIGKILL the daemon and
+        every server process group it recorded, so no SGLang is left holding the GPU."""
+        if self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=60)
+            return
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(timeout=10)
+        con = sqlite3.connect(f"file:{self.directory / 'job.db'}?mode=ro", uri=True)
+        try:
+            pgids = [pgid for (pgid,) in con.execute("SELECT pgid FROM server_processes")]
+        finally:
+            con.close()
+        for pgid in pgids:
             try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait(timeout=10)
+                os.killpg(pgid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
 
 
 def start_job(directory: Path, data: dict[str, Any], *, shared_gpu: bool = True) -> RealJob:
