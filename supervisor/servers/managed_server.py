@@ -27,7 +27,7 @@ from state.store import Store
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.endpoint import Endpoint
-from supervisor.servers.exit_classifier import (ExitReason, Trigger, classify,
+from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
                                                  describe_returncode)
 from supervisor.servers.health import probe
 from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env,
@@ -37,6 +37,7 @@ from supervisor.servers.port_owner import (PortHolder, foreign_listener, port_ho
 from supervisor.servers.process_group import ServerProcess, spawn, stop_group
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
+from supervisor.servers.server_slots import server_slots
 from supervisor.servers.server_state import ServerSnapshot, ServerState, check_transition
 from supervisor.servers.sglang_monitor import SglangMonitor
 from supervisor.servers.watchers import (Decision, Failure, Request, watch_exit, watch_health,
@@ -91,6 +92,7 @@ class ManagedServer:
         self.restarts = 0
         self.last_exit: ExitReason | None = None
         self.endpoint: Endpoint | None = None
+        self._server_slots: int | None = None   # what SGLang last said it runs at once
         self._proc: ServerProcess | None = None
         self._argv: tuple[str, ...] | None = None
         self._starts = 0
@@ -110,7 +112,12 @@ class ManagedServer:
 
     @property
     def max_running(self) -> int:
-        return max_running(self.servers, self.dispatch)
+        """The dispatcher's slots: the READY life's, else what config says, else what the
+        server said last time (0: not known before the server first answers /server_info)."""
+        if self.endpoint is not None:
+            return self.endpoint.max_running
+        configured = max_running(self.servers, self.dispatch)
+        return configured if configured is not None else (self._server_slots or 0)
 
     @property
     def pid(self) -> int | None:
@@ -237,6 +244,8 @@ class ManagedServer:
         s = self.servers
         deadline = anyio.current_time() + s.startup_timeout_s
         interval = min(self.ctx.startup_probe_s, s.health_interval_s)
+        # Refused connections and 503s alike mean "still loading" here (health.py).
+        last = "no probe answered yet"
         while True:
             rc = proc.returncode
             if rc is not None:
@@ -247,8 +256,10 @@ class ManagedServer:
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 return Failure(Trigger.STARTUP_TIMEOUT,
-                                f"/health_generate not 200 after {s.startup_timeout_s:g} s")
-            ok, _ = await probe(self.ctx.client, spec.base_url, min(s.health_timeout_s, remaining))
+                               f"/health_generate not 200 after {s.startup_timeout_s:g} s "
+                               f"(last probe: {last})")
+            ok, last = await probe(self.ctx.client, spec.base_url,
+                                   min(s.health_timeout_s, remaining))
             if ok and proc.returncode is None:
                 # 200 is not enough: it must be our process that answered.
                 if await anyio.to_thread.run_sync(served_by_group, spec.port, proc.pgid,
@@ -280,7 +291,11 @@ class ManagedServer:
             await self._poke.wait()
 
     async def _serve(self, proc: ServerProcess, spec: ServerSpec) -> Request | Failure:
-        endpoint = Endpoint(self.name, spec.base_url, self.max_running)
+        slots = await server_slots(self.name, self.ctx.client, spec.base_url, self.servers,
+                                   self.dispatch)
+        if slots.source == "server":
+            self._server_slots = slots.limit
+        endpoint = Endpoint(self.name, spec.base_url, slots.limit)
         draining = anyio.Event()
         serve_done = anyio.Event()
         serve_scope = anyio.CancelScope()
@@ -298,7 +313,7 @@ class ManagedServer:
         self.endpoint = endpoint
         try:
             await self._transition(S.READY, "/health_generate answered 200", pid=proc.pid,
-                                   max_running=endpoint.max_running)
+                                   max_running=endpoint.max_running, slots_from=slots.source)
             async with anyio.create_task_group() as tg:
                 tg.start_soon(serve)
                 with decision.scope:
@@ -357,8 +372,10 @@ class ManagedServer:
             await self._transition(S.STOPPED, str(reason), actor, **self._exit_detail(reason, stopped))
             self._start_reason, self._start_actor = detail, actor
             return
-        await self._after_failure(reason, stopped,
-                                  give_up=isinstance(outcome, Failure) and outcome.give_up)
+        # Flags SGLang's parser refused fail the same way at every start: no backoff loop.
+        give_up = ((isinstance(outcome, Failure) and outcome.give_up)
+                   or reason.kind is ExitKind.CONFIG)
+        await self._after_failure(reason, stopped, give_up=give_up)
 
     async def _after_failure(self, reason: ExitReason, stopped: str = "",
                              give_up: bool = False) -> None:
