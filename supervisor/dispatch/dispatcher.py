@@ -420,11 +420,11 @@ class Dispatcher:
             assert p.rates is not None
             p.rates.add(finished, 1, answer.completion_tokens)
             self._bad_output.observe(answer, loop)
-            self.breaker.observe_ok()
+            self.breaker.observe_ok(server)
         else:
             p.errors += 1
             p.last_error = answer.error
-            if self._breaker_holds(answer):
+            if self._breaker_holds(answer, server):
                 # The breaker is open (or opened on this answer): the fault is the job's
                 # setting or its servers, not this prompt. Back to pending, no attempt
                 # counted, so nothing is failed while an operator looks.
@@ -433,10 +433,10 @@ class Dispatcher:
                           max_tokens=max_tokens, max_attempts=self.config.dispatch.max_attempts,
                           started=started, finished=finished, loop=loop)
 
-    def _breaker_holds(self, answer: Answer) -> bool:
+    def _breaker_holds(self, answer: Answer, server: str) -> bool:
         """Feed one error to the breaker; true while it is open."""
         assert not isinstance(answer, Completion)
-        reason = self.breaker.observe_error(answer.kind, answer.error)
+        reason = self.breaker.observe_error(answer.kind, answer.error, server)
         if reason is not None and BREAKER not in self._paused:
             self._paused[BREAKER] = reason
             trip = self.breaker.trip
@@ -444,9 +444,9 @@ class Dispatcher:
             log.error("dispatch paused: %s", reason)
             # The event names the error and carries one whole message, so an operator sees
             # what to fix without reading the server logs.
-            self._event(EventKind.PAUSED, BREAKER, {"reason": reason, "error": trip.kind,
-                                            "sample": trip.sample, "errors": trip.counts},
-                        "supervisor")
+            self._event(EventKind.PAUSED, BREAKER,
+                        {"reason": reason, "error": trip.kind, "sample": trip.sample,
+                         "errors": trip.counts, "servers": trip.servers}, "supervisor")
             self.poke()
         return self.breaker.open
 

@@ -5,6 +5,7 @@ and resume goes on."""
 from __future__ import annotations
 
 import json
+import time
 import subprocess
 import sys
 from typing import Any
@@ -206,3 +207,31 @@ async def test_every_prompt_refused_for_length_pauses_before_the_job_is_failed(t
     # one after went back to pending.
     assert counts.failed == BREAKER_KEYS["breaker_min_samples"] - 1
     assert counts.pending == len(rows) - counts.failed and counts.in_flight == 0
+
+
+async def test_one_broken_server_among_good_ones_is_named(tmp_path, refusing_server):
+    """A server answering 500 to everything fails its requests in milliseconds and fills the
+    window alone: the reason says which server, since the others answer."""
+    good = await refusing_server("good")
+    broken = await refusing_server("error500")
+    rows = _rows(2000)
+    store = open_store(tmp_path, rows)
+    cfg = job_config(tmp_path, dispatch=BREAKER_KEYS, servers=PARSER)
+    try:
+        async with dispatching(store, cfg) as (d, astore):
+            draining = anyio.Event()
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(d.serve, Endpoint("gpu0", good, 4), draining)
+                await wait_until(lambda: d.rates.snapshot(time.time()).completions > 0, 30,
+                                 "gpu0 to answer")
+                tg.start_soon(d.serve, Endpoint("gpu1", broken, 4), draining)
+                await wait_until(lambda: BREAKER in d.snapshot().paused, 30, "the breaker")
+                draining.set()
+            snap = d.snapshot().breaker
+            counts = await astore.call(Store.counts)
+    finally:
+        store.close()
+    assert snap.tripped is not None
+    assert " failed on gpu1 (the other servers answer) " in snap.tripped
+    assert "HTTP 500: Internal server error" in snap.tripped
+    assert set(snap.errors_by_server) == {"gpu1"} and counts.failed == 0

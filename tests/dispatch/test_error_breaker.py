@@ -84,3 +84,27 @@ def test_a_smaller_window_after_a_reload_drops_the_oldest():
     b.observe_error("HTTP 500", "HTTP 500: x")
     assert b.snapshot().samples == 3
     assert b.observe_error("HTTP 500", "HTTP 500: x") is not None  # three errors of three
+
+
+def test_errors_from_one_server_while_the_others_answer_name_that_server():
+    b = ErrorBreaker(window=20, min_samples=10, max_error_rate=0.5)
+    for _ in range(3):
+        b.observe_ok("gpu0")
+        b.observe_ok("gpu1")
+    reasons = [b.observe_error("HTTP 500", "HTTP 500: Internal server error", "gpu2")
+               for _ in range(7)]
+    reason = reasons[-1]
+    assert reasons[:-1] == [None] * 6 and reason is not None
+    assert reason.startswith("54% of the last 13 requests failed on gpu2 "
+                             "(the other servers answer) (threshold 50%): HTTP 500")
+    assert b.trip is not None and b.trip.servers == {"gpu2": 7}
+    assert b.snapshot().errors_by_server == {"gpu2": 7}
+
+
+def test_errors_on_every_server_name_none():
+    # A bad setting fails every server alike: the reason points at the error, not a server.
+    b = ErrorBreaker(window=20, min_samples=4, max_error_rate=0.5)
+    for server in ("gpu0", "gpu1", "gpu0", "gpu1"):
+        reason = b.observe_error("HTTP 400", LORA, server)
+    assert reason == f"100% of the last 4 requests failed (threshold 50%): {LORA}"
+    assert b.trip is not None and b.trip.servers == {"gpu0": 2, "gpu1": 2}

@@ -21,7 +21,7 @@ def _shard_lines(directory) -> list[dict]:
 
 
 async def test_requeue_truncated_replaces_lines_in_place(tmp_path, sim_server):
-    sim = sim_server("--sim-instant", "--sim-seed", "7")
+    sim = sim_server("--sim-instant", "--sim-seed", "7", "--reasoning-parser", "qwen3")
     rows = [{"id": f"q{i:03d}", "messages": [{"role": "user", "content": f"Question {i}?"}]}
             for i in range(60)]
     store = open_store(tmp_path, rows)
@@ -65,7 +65,7 @@ async def test_loops_are_flagged_and_left_out_of_the_requeue_unless_asked(tmp_pa
     from supervisor.sim.looping_text import loop_plan, loop_visible, prompt_words
     from supervisor.sim.output_plan import natural_length, prompt_digest
 
-    sim = sim_server("--sim-instant", "--sim-loop-share", "0.5")
+    sim = sim_server("--sim-instant", "--sim-loop-share", "0.5", "--reasoning-parser", "qwen3")
     rows = [{"id": f"q{i:03d}", "messages": [{"role": "user", "content": f"Question {i}?"}]}
             for i in range(200)]
     store = open_store(tmp_path, rows)
