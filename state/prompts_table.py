@@ -168,6 +168,16 @@ class PromptsTable(StoreConnection):
                          "WHERE status = 'done' AND finish_reason = 'length'")[0]
         return int(row[0]) - int(row[1]), int(row[1])
 
+    def truncated_in_thinking(self) -> int:
+        """Done prompts cut off inside the thinking: content blank, all text in reasoning
+        (no answer at all), as audit_truncation's in_thinking counts them."""
+        blank = "char(32, 9, 10, 13)"
+        return int(self._read(
+            "SELECT count(*) FROM prompts INDEXED BY prompts_truncated "
+            "WHERE status = 'done' AND finish_reason = 'length' "
+            f"AND trim(coalesce(content, ''), {blank}) = '' "
+            f"AND trim(coalesce(reasoning_content, ''), {blank}) <> ''")[0][0])
+
     def pending_floors(self) -> dict[int, int]:
         """{max_tokens: count} of pending prompts already cut off once at that limit
         (requeued truncated): each is known to run past it. For the ETA."""

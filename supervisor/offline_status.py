@@ -34,7 +34,8 @@ def main(state: str, events: int = 10) -> int:
         long, looping = store.truncated_split()
         if long or looping:
             print(f"truncated {long + looping}: {long} long, {looping} looping "
-                  "(requeue truncated leaves the looping ones)")
+                  "(requeue truncated leaves the looping ones); "
+                  f"{store.truncated_in_thinking()} cut off inside the thinking (no answer)")
         joules = _joules(store)
         if joules:
             print(f"energy   {joules / 3.6e6:.2f} kWh on the job's GPUs so far")
@@ -80,7 +81,8 @@ def summary_json(state: str) -> dict[str, object] | None:
                         "in_flight": c.in_flight, "failed": c.failed},
                 "uploads": {"uploaded_shards": up_shards, "uploaded_bytes": up_bytes,
                             "backlog_shards": shards, "backlog_bytes": nbytes},
-                "truncated": dict(zip(("long", "looping"), store.truncated_split())),
+                "truncated": {**dict(zip(("long", "looping"), store.truncated_split())),
+                              "in_thinking": store.truncated_in_thinking()},
                 "energy_kwh": _joules(store) / 3.6e6}
     finally:
         store.close()

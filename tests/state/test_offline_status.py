@@ -1,5 +1,6 @@
 """`dflash-supervisor status --state DB` without a daemon: truncation split into long and
-looping, and the energy the daemon carried in the DB."""
+looping and how much was cut off inside the thinking, and the energy the daemon carried in
+the DB."""
 
 from __future__ import annotations
 
@@ -15,12 +16,14 @@ def test_truncation_split_and_energy_from_the_db(tmp_path, capsys):
     with Store.open(path) as store:
         store.import_batch(rows(3))
         ids = [c.id for c in store.claim(3, "gpu0", 1.0)]
-        store.record([done(ids[0], 2.0, finish="length"),
+        store.record([done(ids[0], 2.0, finish="length", content=""),    # inside the thinking
                       done(ids[1], 2.1, finish="length", loop=True), done(ids[2], 2.2)])
         store.set_setting(Setting.ENERGY_JOULES, repr(2 * 3.6e6))
     assert main(str(path), events=0) == 0
     out = capsys.readouterr().out
     assert "truncated 2: 1 long, 1 looping" in out and "energy   2.00 kWh" in out
+    assert "1 cut off inside the thinking (no answer)" in out
     summary = summary_json(str(path))
     assert summary is not None
-    assert summary["truncated"] == {"long": 1, "looping": 1} and summary["energy_kwh"] == 2.0
+    assert summary["truncated"] == {"long": 1, "looping": 1, "in_thinking": 1}
+    assert summary["energy_kwh"] == 2.0
