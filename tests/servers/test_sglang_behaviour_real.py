@@ -55,6 +55,22 @@ async def test_flags_refused_at_launch_fail_that_server_at_once_without_backoff(
                                                         "STOPPED"]
 
 
+async def test_the_simulator_refusing_a_renamed_flag_is_failed_at_once(tmp_path: Path) -> None:
+    # The simulator parses SGLang 0.5.23's flags with 0.5.23's parser: the old
+    # --cuda-graph-max-bs is ambiguous there, exit 2. Nothing to restart into: FAILED, one start.
+    cfg = job_config(tmp_path, servers=1, prompts=10, flags={"cuda-graph-max-bs": 8})
+
+    async def watch(job: Job) -> None:
+        await wait_fleet(job)
+        await wait_for(lambda: state_of(job, "gpu0") is S.FAILED, "gpu0 FAILED")
+        job.request_stop("test over")
+
+    await run_job(cfg, watch)
+    ts = transitions(cfg, "gpu0")
+    assert [t.to for t in ts] == ["STARTING", "STOPPING", "FAILED", "STOPPED"], ts
+    assert ts[2].detail["exit_kind"] == "config" and ts[2].detail["evidence"] == AMBIGUOUS
+
+
 async def test_refused_connections_while_loading_keep_the_server_starting(tmp_path: Path) -> None:
     prompts = 40
     cfg = job_config(tmp_path, servers=1, prompts=prompts,
