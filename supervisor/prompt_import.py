@@ -291,25 +291,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if problem:
         print(f"dflash-supervisor import: {problem}", file=sys.stderr)
         return 2
-    from state.checked_open import StateDBError, open_checked
-    from state.job_lock import JobLock, JobLocked
+    from state.offline_store import OfflineRefused, offline_store
     try:
         # The daemon is the DB's only writer: never import beside a running one.
-        Path(args.state).parent.mkdir(parents=True, exist_ok=True)
-        with JobLock(args.state):
-            store = open_checked(args.state)
-            try:
-                summary = import_file(store, path, partition,
-                                      reimport_changed=args.reimport_changed)
-                total = store.counts().total
-            finally:
-                store.close()
-    except (JobLocked, StateDBError) as exc:
+        with offline_store(args.state, create=True) as store:
+            summary = import_file(store, path, partition, reimport_changed=args.reimport_changed)
+            total = store.counts().total
+    except OfflineRefused as exc:
         print(f"dflash-supervisor import: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"dflash-supervisor import: {exc.filename or args.state}: {exc.strerror}",
-              file=sys.stderr)
         return 2
     for lineno, reason in summary.errors:
         print(f"{path}:{lineno}: {reason}", file=sys.stderr)

@@ -12,13 +12,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 from typing import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from state.checked_open import StateDBError, open_checked
-    from state.job_lock import JobLock, JobLocked
+    from state.offline_store import OfflineRefused, offline_store
 
     p = argparse.ArgumentParser(prog="dflash-supervisor requeue",
                                 description="Send failed prompts back to pending (audited).")
@@ -28,26 +26,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--reason-like", metavar="TEXT",
                    help="only those whose error contains TEXT (matched literally)")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
-    state = Path(args.state)
     try:
-        with JobLock(state):
-            store = open_checked(state, create=False)
-            try:
-                n = store.requeue_failed(args.reason_like, "cli",
-                                         {"uid": os.getuid(), "pid": os.getpid()})
-                left = store.counts().failed
-            finally:
-                store.close()
-    except JobLocked as exc:
-        print(f"dflash-supervisor requeue: {exc}; stop it first (or use its control socket)",
-              file=sys.stderr)
-        return 2
-    except StateDBError as exc:
+        with offline_store(args.state, when_locked="; stop it first (or use its control socket)"
+                           ) as store:
+            n = store.requeue_failed(args.reason_like, "cli",
+                                     {"uid": os.getuid(), "pid": os.getpid()})
+            left = store.counts().failed
+    except OfflineRefused as exc:
         print(f"dflash-supervisor requeue: {exc}", file=sys.stderr)
-        return 2
-    except OSError as exc:
-        print(f"dflash-supervisor requeue: {exc.filename or state}: {exc.strerror}",
-              file=sys.stderr)
         return 2
     match = f" matching {args.reason_like!r}" if args.reason_like else ""
     print(f"{n} failed prompts{match} are pending again ({left} still failed); "

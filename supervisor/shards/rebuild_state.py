@@ -118,12 +118,11 @@ class RebuildRefused(RuntimeError):
 
 def rebuild_from_config(config: JobConfig) -> tuple[RebuildSummary, Any, Any]:
     """(summary, import summary, counts) or RebuildRefused."""
-    from state.checked_open import StateDBError, open_checked
-    from supervisor.shards.keys import spool_dir
-    from state.job_lock import JobLock, JobLocked
-    from supervisor.prompt_import import import_file, prompts_file_problem
-    from supervisor.uploads.sink import UploadError
+    from state.offline_store import OfflineRefused, offline_store
     from state.settings_keys import Setting
+    from supervisor.prompt_import import import_file, prompts_file_problem
+    from supervisor.shards.keys import spool_dir
+    from supervisor.uploads.sink import UploadError
     from supervisor.uploads.wiring import build_sink, output_location
 
     state, prompts = config.path(config.job.state), config.path(config.job.prompts)
@@ -131,23 +130,16 @@ def rebuild_from_config(config: JobConfig) -> tuple[RebuildSummary, Any, Any]:
     if problem:
         raise RebuildRefused(f"job.prompts: {problem}")
     try:
-        state.parent.mkdir(parents=True, exist_ok=True)
-        with JobLock(state):
-            store = open_checked(state)
-            try:
-                if store.counts().total or store.shard_keys():
-                    raise RebuildRefused(f"{state} already holds a job; move it aside first")
-                imported = import_file(store, prompts, partition=config.job.partition)
-                spool = spool_dir(config)
-                summary = rebuild(store, config, build_sink(config, spool), spool)
-                store.set_setting(Setting.OUTPUT_LOCATION, output_location(config, spool))
-                return summary, imported, store.counts()
-            finally:
-                store.close()
-    except (JobLocked, StateDBError, UploadError) as exc:
+        with offline_store(state, create=True) as store:
+            if store.counts().total or store.shard_keys():
+                raise RebuildRefused(f"{state} already holds a job; move it aside first")
+            imported = import_file(store, prompts, partition=config.job.partition)
+            spool = spool_dir(config)
+            summary = rebuild(store, config, build_sink(config, spool), spool)
+            store.set_setting(Setting.OUTPUT_LOCATION, output_location(config, spool))
+            return summary, imported, store.counts()
+    except (OfflineRefused, UploadError) as exc:
         raise RebuildRefused(str(exc)) from None
-    except OSError as exc:
-        raise RebuildRefused(f"{exc.filename or state}: {exc.strerror}") from None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
