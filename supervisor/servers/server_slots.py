@@ -53,7 +53,8 @@ def slots_from_server_info(info: Any) -> tuple[int | None, str]:
     if any(v is None for v in values):
         return None, f"{SERVER_INFO_PATH} internal_states carry no {PER_DP_KEY}"
     per_rank: list[int] = [v for v in values if v is not None]
-    ranks = (_positive_int(info.get("dp_size")) or 1) * (_positive_int(info.get("attn_dp_size")) or 1)
+    dp = _positive_int(info.get("dp_size")) or 1
+    ranks = dp * (_positive_int(info.get("attn_dp_size")) or 1)
     if len(per_rank) >= ranks:
         return sum(per_rank), ""
     # Fewer answers than ranks (one per attention-DP group answers for its ranks): the
