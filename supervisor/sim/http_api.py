@@ -12,15 +12,16 @@ import json
 import re
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, AsyncIterator
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
 from .batch_slots import BatchSlots
 from .chat_completion import BadRequest, ChatHandler, error_body
+from .chat_stream import stream_completion
 from .faults import FaultState
 from .options import FAULTS, SimOptions
 from .retraction import Retraction
@@ -156,9 +157,21 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
             return JSONResponse(error_body(f"JSON decode error: {exc}", kind="Bad Request"),
                                 status_code=400)
         try:
-            return JSONResponse(await rt.chat.complete(body))
+            req, done = rt.chat.prepare(body)
         except BadRequest as exc:
             return JSONResponse(error_body(str(exc), kind=exc.kind), status_code=400)
+        if not req.stream:
+            await rt.chat.decode(done)
+            return JSONResponse(done.response())
+        # Kick-started before the 200 goes out, as SGLang does (serving_chat.py).
+        events = stream_completion(rt.chat, req, done)
+        first = await events.__anext__()
+
+        async def body_events() -> AsyncIterator[str]:
+            yield first
+            async for event in events:
+                yield event
+        return StreamingResponse(body_events(), media_type="text/event-stream")
 
     async def sim_fault(request: Request) -> Response:
         try:

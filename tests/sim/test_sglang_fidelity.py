@@ -496,3 +496,90 @@ def test_retraction_lines_are_harmless(sim_server):
     assert results == [200] * 6
     assert "KV cache pool is full. Retract requests." in sim.log_text()
     assert sim.proc.poll() is None
+
+
+# --------------------------------------------------------------------------- streaming
+
+
+def _stream(base: str, **extra) -> tuple[int, list[str]]:
+    body = {"model": "sim/test-model", "stream": True,
+            "messages": [{"role": "user", "content": "Why do cats purr?"}], **extra}
+    events = []
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60,
+                      trust_env=False) as r:
+        if r.status_code != 200:
+            r.read()
+            return r.status_code, [r.text]
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line:
+                events.append(line)
+    return 200, events
+
+
+def test_stream_chunk_shapes_with_reasoning_and_usage(sim_server):
+    """sglang/srt/entrypoints/openai/serving_chat.py _generate_chat_stream and
+    sglang/srt/entrypoints/openai/sse_utils.py: a first delta {reasoning_content: null,
+    role: assistant, content: ""}; reasoning deltas {reasoning_content}; content deltas
+    {reasoning_content: null, content}; a finish chunk with finish_reason and matched_stop;
+    with include_usage a chunk with choices [] and the usage; then data: [DONE]."""
+    import json
+
+    sim = sim_server("--sim-instant", "--reasoning-parser", "qwen3")
+    code, events = _stream(sim.base_url, max_tokens=30000,
+                           stream_options={"include_usage": True}, **THINK)
+    assert code == 200 and all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(e[len("data: "):]) for e in events[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert len({c["id"] for c in chunks}) == 1
+    first, *middle, finish, usage = chunks
+    assert first["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant",
+                                            "content": ""}
+    assert set(first["choices"][0]) == {"index", "delta", "logprobs", "finish_reason",
+                                        "matched_stop"}
+    reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in middle)
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in middle)
+    assert finish["choices"][0]["delta"] == {"reasoning_content": None}
+    assert finish["choices"][0]["finish_reason"] == "stop"
+    assert finish["choices"][0]["matched_stop"] == 151645
+    assert usage["choices"] == [] and usage["usage"]["reasoning_tokens"] > 0
+    # The deltas add up to the non-streaming answer to the same prompt.
+    whole = _chat(sim.base_url, "Why do cats purr?", max_tokens=30000, **THINK).json()
+    msg = whole["choices"][0]["message"]
+    assert (reasoning, content) == (msg["reasoning_content"], msg["content"])
+    assert usage["usage"] == whole["usage"]
+
+
+def test_stream_without_include_usage_has_no_usage_chunk(sim_server):
+    """sglang/srt/entrypoints/openai/utils.py should_include_usage: off unless
+    stream_options.include_usage (or the server's default) asks for it."""
+    import json
+
+    sim = sim_server("--sim-instant")
+    code, events = _stream(sim.base_url, max_tokens=20)
+    chunks = [json.loads(e[len("data: "):]) for e in events[:-1]]
+    assert all(c["choices"] for c in chunks) and "usage" not in chunks[-1]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_stream_validation_error_is_plain_json_400(sim_server):
+    """sglang/srt/entrypoints/openai/serving_chat.py _handle_streaming_request kick-starts the
+    generator before sending 200, so a length error is an ordinary JSON 400."""
+    import json
+
+    sim = sim_server("--sim-instant", "--context-length", "100")
+    code, [text] = _stream(sim.base_url, max_tokens=99)
+    assert code == 400
+    assert json.loads(text)["message"].startswith("Requested token count exceeds")
+
+
+def test_stream_counts_as_streaming_in_metrics(sim_server):
+    """sglang/srt/observability/metrics_collector.py observe_one_finished_request:
+    is_streaming="true" for a streamed request."""
+    sim = sim_server("--sim-instant", "--enable-metrics")
+    _stream(sim.base_url, max_tokens=20)
+    fam = _families(_get(sim.base_url, "/metrics").text)["sglang:generation_tokens"]
+    [s] = [s for s in fam.samples if s.name.endswith("_total")
+           and s.labels["is_streaming"] == "true"]
+    assert s.value == 20
