@@ -38,8 +38,10 @@ class BreakerSnapshot:
     errors_by_server: dict[str, int] = field(default_factory=dict)   # in the window
 
 
-@dataclass
-class _Trip:
+@dataclass(frozen=True)
+class Trip:
+    """Why the breaker opened: the pause reason, the commonest error's kind and one whole
+    message of it, and the window's errors by kind and by server at that moment."""
     reason: str
     kind: str
     sample: str
@@ -59,7 +61,7 @@ class ErrorBreaker:
         self._answered: Counter[str] = Counter()      # answers of any kind per server
         self._last_message: dict[str, str] = {}       # kind -> its newest message
         self._newest: str | None = None
-        self._trip: _Trip | None = None
+        self._trip: Trip | None = None
         self.requests_total = 0
         self.errors_total = 0
 
@@ -68,7 +70,7 @@ class ErrorBreaker:
         return self._trip is not None
 
     @property
-    def trip(self) -> _Trip | None:
+    def trip(self) -> Trip | None:
         return self._trip
 
     def observe_ok(self, server: str = "") -> None:
@@ -98,7 +100,7 @@ class ErrorBreaker:
         reason = (f"{errors / n:.0%} of the last {n} requests failed{where} "
                   f"(threshold {self.max_error_rate:.0%}): {short}"
                   + (f" (also {others})" if others else ""))
-        self._trip = _Trip(reason, worst, sample, {k: v for k, v in self._kinds.items() if v},
+        self._trip = Trip(reason, worst, sample, {k: v for k, v in self._kinds.items() if v},
                            servers)
         return reason
 
