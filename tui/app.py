@@ -20,12 +20,10 @@ from textual.reactive import reactive
 from supervisor.client.control_client import default_socket_path
 from supervisor.contract.status import Event, Status
 from tui.daemon import Daemon, connect
+from tui.event_log import EventLog
 from tui.link_state import LinkState
 from tui.screens.main_screen import MainScreen
 from tui.status_feed import FeedTiming, follow
-
-KEEP_EVENTS = 200
-
 
 class DflashTui(App[None]):
     CSS_PATH = Path(__file__).with_name("dflash.tcss")
@@ -42,7 +40,7 @@ class DflashTui(App[None]):
         self.daemon = daemon
         self.readonly = readonly
         self.timing = timing
-        self._events: dict[int, Event] = {}
+        self._events = EventLog()
 
     def on_mount(self) -> None:
         self.push_screen(MainScreen(self.daemon, self.readonly).data_bind(
@@ -68,15 +66,8 @@ class DflashTui(App[None]):
         self.link = link
 
     def _merge(self, events: tuple[Event, ...]) -> None:
-        fresh = [e for e in events if e.id not in self._events]
-        if not fresh:
-            return
-        for e in fresh:
-            self._events[e.id] = e
-        if len(self._events) > KEEP_EVENTS:
-            for old in sorted(self._events)[:-KEEP_EVENTS]:
-                del self._events[old]
-        self.events = tuple(self._events[i] for i in sorted(self._events))
+        if self._events.merge(events):
+            self.events = self._events.ordered()
 
 
 def make_app(daemon: Daemon, *, readonly: bool = False,

@@ -6,7 +6,6 @@ lost node never holds up the others' rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
 from pathlib import Path
 
 from textual import work
@@ -16,8 +15,8 @@ from textual.reactive import reactive
 
 from supervisor.contract.status import Event, Status
 from supervisor.client.fleet_totals import NodeRow
-from tui.app import KEEP_EVENTS
 from tui.daemon import Daemon
+from tui.event_log import EventLog
 from tui.link_state import LinkState
 from tui.screens.fleet_screen import FleetScreen
 from tui.screens.main_screen import MainScreen
@@ -29,7 +28,7 @@ class NodeFeed:
     daemon: Daemon
     status: Status | None = None
     link: LinkState = field(default_factory=LinkState.connecting)
-    events: dict[int, Event] = field(default_factory=dict)
+    events: EventLog = field(default_factory=EventLog)
 
     def row(self) -> NodeRow:
         if not self.link.connected and self.link.reason != "connecting":
@@ -37,12 +36,6 @@ class NodeFeed:
         if self.status is None:
             return NodeRow(self.daemon.socket, None, "connecting")
         return NodeRow(self.daemon.socket, self.status)
-
-    def merge(self, events: tuple[Event, ...]) -> None:
-        for e in events:
-            self.events[e.id] = e
-        for old in sorted(self.events)[:-KEEP_EVENTS]:
-            del self.events[old]
 
 
 class FleetTui(App[None]):
@@ -80,11 +73,11 @@ class FleetTui(App[None]):
 
         def got_status(status: Status) -> None:
             feed.status = status
-            feed.merge(status.recent_events)
+            feed.events.merge(status.recent_events)
             self._changed(index)
 
         def got_event(event: Event) -> None:
-            feed.merge((event,))
+            feed.events.merge((event,))
             self._changed(index)
 
         def got_link(link: LinkState) -> None:
@@ -104,7 +97,7 @@ class FleetTui(App[None]):
         it shows."""
         feed = self.feeds[index]
         self.status, self.link = feed.status, feed.link
-        self.events = tuple(feed.events[i] for i in sorted(feed.events))
+        self.events = feed.events.ordered()
 
     def open_node(self, index: int) -> None:
         """Called on the app's own loop (the screen asks with call_later), so the bindings
