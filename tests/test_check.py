@@ -107,3 +107,11 @@ def test_example_config_through_the_cli_prints_every_server_command() -> None:
                         "--enable-metrics"]
         assert (f"gpu{gpu}: GPUs {gpu}, port {30000 + gpu}, 48 requests in flight, "
                 f"log /var/log/dflash-supervisor/gpu{gpu}.log") in out.stdout
+
+
+def test_without_the_flag_the_slots_are_the_servers_own(tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    config = CONFIG.replace("max-running-requests = 64, ", "")
+    assert check.main(["--config", _write(tmp_path, config), "--skip-flag-check"]) == 0
+    assert ("gpu1: GPUs 1, port 30101, requests in flight as SGLang reports on /server_info, "
+            "log ") in capsys.readouterr().out
