@@ -11,12 +11,12 @@ import sys
 import time
 
 from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
-                                       ControlUnreachable)
+                                              ControlUnreachable)
+from supervisor.client.exit_codes import EXIT_OK, EXIT_UNREACHABLE
 from supervisor.contract.codec import dumps
 from supervisor.client.fleet_totals import FleetTotals, NodeRow
 from supervisor.client.text import duration
 
-EXIT_OK, EXIT_UNREACHABLE = 0, 69
 
 
 def poll(sockets: list[str], timeout_s: float = 5.0) -> list[NodeRow]:
@@ -57,7 +57,7 @@ def table(rows: list[NodeRow], totals: FleetTotals) -> str:
     return "\n".join(lines)
 
 
-def fleet_status_main(args: argparse.Namespace) -> int:
+def fleet_status(args: argparse.Namespace) -> int:
     while True:
         rows = poll(list(args.socket))
         totals = FleetTotals.of(rows)

@@ -1,0 +1,107 @@
+"""`dflash-supervisor status [--state DB] [--socket S ...] [--json] [--watch [S]]`: the live
+status from the daemon's control socket; the state DB's figures when no daemon answers and a
+DB is given; a table of every node when several sockets are given (fleet_status.py)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
+                                              ControlUnreachable, default_socket_path)
+from supervisor.client.exit_codes import EXIT_OK, EXIT_USAGE, PROG, fail
+from supervisor.client.text import report
+
+
+def socket_for(explicit: str | None, state: str | None) -> str:
+    """--socket, else $DFLASH_SOCKET, else beside --state's DB when a socket is there (a
+    job run by hand or the demo), else the systemd default."""
+    if explicit:
+        return explicit
+    if os.environ.get("DFLASH_SOCKET"):
+        return default_socket_path()
+    if state:
+        beside = Path(state).parent / "control.sock"
+        if beside.exists():
+            return str(beside)
+    return default_socket_path()
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog=f"{PROG} status",
+                                description="Live status from the control socket, or the state "
+                                            "DB when no daemon answers.")
+    p.add_argument("--state", help="the job's SQLite file (read when no daemon answers)")
+    p.add_argument("--socket", action="append",
+                   help="the daemon's control socket (default: beside --state's DB, "
+                        "$DFLASH_SOCKET, or /run/dflash-supervisor/control.sock); give it once "
+                        "per node for a many-node job's fleet table")
+    p.add_argument("--json", action="store_true", help="the status contract as JSON")
+    p.add_argument("--watch", nargs="?", type=float, const=2.0, default=None, metavar="S",
+                   help="refresh every S seconds (default 2) until Ctrl-C")
+    p.add_argument("--events", type=int, default=10, help="recent events to show (DB view)")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return _status(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+def _status(args: argparse.Namespace) -> int:
+    sockets = args.socket or []
+    if len(sockets) > 1:
+        from supervisor.client.fleet_status import fleet_status
+        return fleet_status(args)
+    path = socket_for(sockets[0] if sockets else None, args.state)
+    with ControlClient(path, timeout_s=5.0) as client:
+        if args.watch is None:
+            return _status_once(client, path, args)
+        try:
+            while True:
+                code = _status_once(client, path, args)
+                if code != EXIT_OK:
+                    return code
+                time.sleep(args.watch)
+        except KeyboardInterrupt:
+            return EXIT_OK          # Ctrl-C is how a watch ends
+
+
+def _status_once(client: ControlClient, path: str, args: argparse.Namespace) -> int:
+    try:
+        s = client.status()
+    except ControlUnreachable as exc:
+        if not args.state:
+            return fail(exc)
+        return _offline(args, f"no daemon answers on {path} ({exc.reason})")
+    except (ControlRefused, ControlProtocolError) as exc:
+        return fail(exc)
+    if args.json:
+        print(s.to_json(), flush=True)
+    else:
+        if args.watch is not None and sys.stdout.isatty():
+            print("\x1b[H\x1b[2J", end="")
+        print(report(s, path), flush=True)
+    return EXIT_OK
+
+
+def _offline(args: argparse.Namespace, why: str) -> int:
+    from supervisor.offline_status import main as offline_main, summary_json
+
+    if args.json:
+        data = summary_json(args.state)
+        if data is None:
+            print(f"{PROG}: {args.state}: no such state DB", file=sys.stderr)
+            return EXIT_USAGE
+        print(json.dumps({"source": "state-db", "why": why, **data}), flush=True)
+        return EXIT_OK
+    print(f"from the state DB ({why}): live rates need the daemon", flush=True)
+    return offline_main(args.state, args.events)
