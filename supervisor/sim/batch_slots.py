@@ -40,16 +40,39 @@ class BatchStats:
         return sum(t for _, t in self.recent) / window_s
 
 
+class Aborted(Exception):
+    """The request was aborted while it waited in the queue."""
+
+
 class BatchSlots:
     def __init__(self, max_running: int) -> None:
         self.max_running = max_running
         self._slots = anyio.Semaphore(max_running)
         self.stats = BatchStats()
 
+    async def _acquire_unless(self, abort: anyio.Event) -> bool:
+        """Wait for a slot; False (and no slot) if `abort` is set first."""
+        got = False
+        async with anyio.create_task_group() as tg:
+            async def acquire() -> None:
+                nonlocal got
+                await self._slots.acquire()
+                got = True
+                tg.cancel_scope.cancel()
+
+            async def watch() -> None:
+                await abort.wait()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(acquire)
+            tg.start_soon(watch)
+        return got
+
     @asynccontextmanager
-    async def slot(self, kv_tokens: int = 0) -> AsyncIterator[None]:
+    async def slot(self, kv_tokens: int = 0,
+                   abort: anyio.Event | None = None) -> AsyncIterator[None]:
         """Hold one decode slot (and `kv_tokens` of the KV pool); waits in the queue while all
-        slots are taken."""
+        slots are taken. Raises Aborted if `abort` is set while it waits."""
         s = self.stats
         try:
             self._slots.acquire_nowait()      # a free slot: never counted as queued
@@ -57,7 +80,10 @@ class BatchSlots:
             s.queued += 1
             s.peak_queued = max(s.peak_queued, s.queued)
             try:
-                await self._slots.acquire()
+                if abort is None:
+                    await self._slots.acquire()
+                elif not await self._acquire_unless(abort):
+                    raise Aborted() from None
             finally:
                 s.queued -= 1
         s.running += 1

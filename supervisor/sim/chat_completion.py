@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import anyio
 
-from .batch_slots import BatchSlots
+from .batch_slots import Aborted, BatchSlots
+from .inflight import InFlight
 from .faults import FaultState
 from .filler_text import count_prompt_tokens, filler
 from .options import SimOptions
@@ -56,6 +57,7 @@ class ChatRequest:
     chat_template_kwargs: dict[str, Any]
     stream: bool = False
     include_usage: bool = False
+    rid: str | None = None
 
 
 def _int_or_none(body: dict[str, Any], key: str) -> int | None:
@@ -88,9 +90,13 @@ def parse_request(body: Any) -> ChatRequest:
     thinking = bool(enable) if enable is not None else "separate_reasoning" in body and separate
     model = body.get("model")
     options = body.get("stream_options") or {}
+    rid = body.get("rid")
+    if rid is not None and not isinstance(rid, str):
+        raise BadRequest("rid: only a single request id (a string) is simulated", "Bad Request")
     return ChatRequest(messages, model if isinstance(model, str) else DEFAULT_MODEL_NAME,
                        max_tokens, thinking, separate, kwargs, bool(body.get("stream")),
-                       isinstance(options, dict) and bool(options.get("include_usage")))
+                       isinstance(options, dict) and bool(options.get("include_usage")),
+                       rid or None)
 
 
 def _check_model(model: str, served_name: str) -> None:
@@ -109,16 +115,17 @@ def _check_model(model: str, served_name: str) -> None:
                          "adapters using --lora-paths or /load_lora_adapter endpoint.")
 
 
-def check_lengths(opts: SimOptions, prompt_tokens: int, max_tokens: int | None) -> int | None:
+def check_lengths(opts: SimOptions, prompt_tokens: int, max_tokens: int | None,
+                  chat: bool = True) -> int | None:
     """SGLang's length checks, in its order. Returns the max new tokens to use.
 
-    `serving_chat.py` _validate_request: max tokens over the context length is refused before
-    anything else (allowed with --allow-auto-truncate). `tokenizer_manager.py`
+    `serving_chat.py` _validate_request (chat only): max tokens over the context length is
+    refused before anything else (allowed with --allow-auto-truncate). `tokenizer_manager.py`
     _validate_one_request: a prompt of >= context tokens is refused (truncated with
     --allow-auto-truncate); prompt + max new tokens > context is refused (the budget is
     shrunk with --allow-auto-truncate) -- `>=` for the input, `>` for the total."""
     ctx = opts.context_length
-    if max_tokens and max_tokens > ctx and not opts.allow_auto_truncate:
+    if chat and max_tokens and max_tokens > ctx and not opts.allow_auto_truncate:
         raise BadRequest(f"max_completion_tokens is too large: {max_tokens}."
                          f"This model supports at most {ctx} completion tokens.")
     if prompt_tokens >= ctx and not opts.allow_auto_truncate:
@@ -165,6 +172,36 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     reasoning_tokens: int
+    # What the model wrote and how it is parsed, so an aborted generation can be cut short.
+    thought: str | None = None
+    answer: str = ""
+    split: bool = False                # --reasoning-parser and separate_reasoning
+    force_reasoning: bool = False      # the request is a reasoning one (counts its tokens)
+
+    def cut(self, produced: int, *, queued: bool) -> Completion:
+        """The generation aborted after `produced` tokens (`/abort_request`): finish_reason
+        "abort" with no matched stop. Aborted in the waiting queue, SGLang's tokenizer manager
+        reports no prompt tokens either (`sglang/srt/managers/tokenizer_manager.py`
+        _handle_abort_req builds meta_info without them)."""
+        produced = max(0, min(produced, self.completion_tokens))
+        thought_words = self.thought.split(" ") if self.thought else []
+        if self.thought is not None and produced <= len(thought_words):
+            text = raw_output(" ".join(thought_words[:produced]), "", False)
+        else:
+            rest = produced - len(thought_words)
+            text = raw_output(self.thought, " ".join(self.answer.split(" ")[:rest]), True)
+        if produced == 0:
+            text = ""
+        if self.split:
+            parsed = split_reasoning(text, force_reasoning=self.force_reasoning)
+            content, reasoning = parsed.content, parsed.reasoning_content
+        else:
+            content, reasoning = text, None
+        reasoning_tokens = min(produced, self.reasoning_tokens)
+        return replace(self, content=content, reasoning_content=reasoning,
+                       finish_reason="abort", matched_stop=None,
+                       prompt_tokens=0 if queued else self.prompt_tokens,
+                       completion_tokens=produced, reasoning_tokens=reasoning_tokens)
 
     def usage(self) -> dict[str, Any]:
         return usage(self.prompt_tokens, self.completion_tokens, self.reasoning_tokens)
@@ -186,6 +223,7 @@ class Completion:
 class ChatHandler:
     def __init__(self, opts: SimOptions, slots: BatchSlots, faults: FaultState,
                  on_finished: Callable[[int, int, bool], None]) -> None:
+        self.inflight = InFlight()
         self.opts = opts
         self.slots = slots
         self.faults = faults
@@ -202,6 +240,8 @@ class ChatHandler:
         req = parse_request(body)
         opts = self.opts
         _check_model(req.model, opts.model_name)
+        if req.rid is not None and req.rid in self.inflight:
+            raise BadRequest(f"Duplicate request ID detected: {req.rid}")
         prompt_tokens = count_prompt_tokens(req.messages)
         max_tokens = check_lengths(opts, prompt_tokens, req.max_tokens)
         prompt_tokens = min(prompt_tokens, opts.context_length)
@@ -229,24 +269,38 @@ class ChatHandler:
         # The scheduler counts reasoning tokens only for a reasoning request (parser set).
         reasoning_tokens = plan.reasoning_tokens if reasoning_mode and thought is not None else 0
         return req, Completion(
-            rid=uuid.uuid4().hex, created=int(time.time()), model=req.model,
+            rid=req.rid or uuid.uuid4().hex, created=int(time.time()), model=req.model,
             content=content, reasoning_content=reasoning, finish_reason=plan.finish_reason,
             matched_stop=EOS_TOKEN_ID if plan.finish_reason == "stop" else None,
             prompt_tokens=prompt_tokens, completion_tokens=plan.completion_tokens,
-            reasoning_tokens=reasoning_tokens)
+            reasoning_tokens=reasoning_tokens, thought=thought, answer=answer,
+            split=bool(opts.reasoning_parser) and req.separate_reasoning,
+            force_reasoning=reasoning_mode)
 
-    async def decode(self, done: Completion, streaming: bool = False) -> None:
-        """Hold a batch slot for as long as decoding `done` takes, then count it."""
-        async with self.slots.slot(done.prompt_tokens + done.completion_tokens):
-            delay = self.decode_seconds(done.completion_tokens)
-            if delay > 0:
-                await anyio.sleep(delay)
-            while self.faults.is_stalled:
-                await anyio.sleep(0.05)        # the slot stays taken, as in a stuck batch
+    async def decode(self, done: Completion, streaming: bool = False) -> Completion:
+        """Hold a batch slot for as long as decoding `done` takes, then count it. Returns
+        `done`, or what was produced when /abort_request stopped it first."""
+        with self.inflight.track(done.rid) as flight:
+            try:
+                async with self.slots.slot(done.prompt_tokens + done.completion_tokens,
+                                           abort=flight.aborted):
+                    delay = self.decode_seconds(done.completion_tokens)
+                    started = anyio.current_time()
+                    with anyio.move_on_after(delay):
+                        await flight.aborted.wait()
+                    while self.faults.is_stalled and not flight.aborted.is_set():
+                        await anyio.sleep(0.05)    # the slot stays taken, as in a stuck batch
+                    if flight.aborted.is_set():
+                        # Aborted while running: SGLang lets it run one more forward pass.
+                        elapsed = anyio.current_time() - started
+                        share = elapsed / delay if delay > 0 else 1.0
+                        done = done.cut(int(share * done.completion_tokens) + 1, queued=False)
+            except Aborted:
+                done = done.cut(0, queued=True)
         self.slots.finished(done.prompt_tokens, done.completion_tokens)
         self.on_finished(done.prompt_tokens, done.completion_tokens, streaming)
+        return done
 
     async def complete(self, body: Any) -> dict[str, Any]:
         _, done = self.prepare(body)
-        await self.decode(done)
-        return done.response()
+        return (await self.decode(done)).response()

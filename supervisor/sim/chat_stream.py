@@ -17,7 +17,8 @@ _generate_chat_stream, _generate_stream_content; chunk shape from
 The concatenated deltas are exactly the non-streaming message's texts (the streaming
 reasoning detector neither strips nor reorders). SGLang sends a delta per detokenizer step;
 the simulator groups up to STEP_TOKENS tokens per delta to keep long traces cheap. A client
-that disconnects frees the slot, as SGLang aborts the request.
+that disconnects frees the slot, as SGLang aborts the request; /abort_request ends the
+stream early with finish_reason "abort".
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, AsyncIterator
 
 import anyio
 
+from .batch_slots import Aborted
 from .chat_completion import ChatHandler, ChatRequest, Completion
 
 STEP_TOKENS = 16
@@ -59,23 +61,38 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
     content = _pieces(done.content, STEP_TOKENS)
     steps = max(1, len(reasoning) + len(content))
     pause = handler.decode_seconds(done.completion_tokens) / steps
-    async with handler.slots.slot(done.prompt_tokens + done.completion_tokens):
-        yield _chunk(done, {"reasoning_content": None, "role": "assistant", "content": ""})
-        for piece in reasoning:
-            if pause > 0:
-                await anyio.sleep(pause)
-            yield _chunk(done, {"reasoning_content": piece})
-        for piece in content:
-            if pause > 0:
-                await anyio.sleep(pause)
-            yield _chunk(done, {"reasoning_content": None, "content": piece})
-        while handler.faults.is_stalled:
-            await anyio.sleep(0.05)            # the slot stays taken, as in a stuck batch
-    handler.slots.finished(done.prompt_tokens, done.completion_tokens)
-    handler.on_finished(done.prompt_tokens, done.completion_tokens, True)
-    yield _chunk(done, {"reasoning_content": None}, done.finish_reason, done.matched_stop)
+    final = done
+    with handler.inflight.track(done.rid) as flight:
+        try:
+            async with handler.slots.slot(done.prompt_tokens + done.completion_tokens,
+                                          abort=flight.aborted):
+                yield _chunk(done, {"reasoning_content": None, "role": "assistant",
+                                    "content": ""})
+                sent = 0
+                deltas = [("reasoning_content", p) for p in reasoning] + \
+                    [("content", p) for p in content]
+                for key, piece in deltas:
+                    if pause > 0:
+                        with anyio.move_on_after(pause):
+                            await flight.aborted.wait()
+                    if flight.aborted.is_set():
+                        break
+                    delta = {"reasoning_content": piece} if key == "reasoning_content" \
+                        else {"reasoning_content": None, "content": piece}
+                    yield _chunk(done, delta)
+                    sent += len(piece.split())
+                while handler.faults.is_stalled and not flight.aborted.is_set():
+                    await anyio.sleep(0.05)        # the slot stays taken, as in a stuck batch
+                if flight.aborted.is_set():
+                    final = done.cut(sent, queued=False)
+        except Aborted:
+            final = done.cut(0, queued=True)
+            yield _chunk(done, {"reasoning_content": None, "role": "assistant", "content": ""})
+    handler.slots.finished(final.prompt_tokens, final.completion_tokens)
+    handler.on_finished(final.prompt_tokens, final.completion_tokens, True)
+    yield _chunk(done, {"reasoning_content": None}, final.finish_reason, final.matched_stop)
     if req.include_usage:
         yield _sse({"id": done.rid, "object": "chat.completion.chunk",
                     "created": done.created, "model": done.model, "choices": [],
-                    "usage": done.usage()})
+                    "usage": final.usage()})
     yield "data: [DONE]\n\n"

@@ -22,6 +22,7 @@ from starlette.routing import Mount, Route
 from .batch_slots import BatchSlots
 from .chat_completion import BadRequest, ChatHandler, error_body
 from .chat_stream import stream_completion
+from .native_generate import abort_request, generate
 from .faults import FaultState
 from .options import FAULTS, SimOptions
 from .retraction import Retraction
@@ -161,8 +162,7 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         except BadRequest as exc:
             return JSONResponse(error_body(str(exc), kind=exc.kind), status_code=400)
         if not req.stream:
-            await rt.chat.decode(done)
-            return JSONResponse(done.response())
+            return JSONResponse((await rt.chat.decode(done)).response())
         # Kick-started before the 200 goes out, as SGLang does (serving_chat.py).
         events = stream_completion(rt.chat, req, done)
         first = await events.__anext__()
@@ -197,6 +197,12 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         return JSONResponse({"fault": fault or rt.faults.fault,
                              "empty_rate": rt.faults.empty_rate})
 
+    async def native_generate(request: Request) -> Response:
+        return await generate(rt.chat, request)
+
+    async def native_abort(request: Request) -> Response:
+        return await abort_request(rt.chat, request)
+
     async def sim_state(_: Request) -> Response:
         return JSONResponse(_sim_state(rt))
 
@@ -207,6 +213,8 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         Route("/model_info", model_info), Route("/get_model_info", model_info),
         Route("/server_info", server_info), Route("/get_server_info", server_info),
         Route("/v1/chat/completions", chat, methods=["POST"]),
+        Route("/generate", native_generate, methods=["POST", "PUT"]),
+        Route("/abort_request", native_abort, methods=["POST"]),
         Route("/sim/fault", sim_fault, methods=["POST"]),
         Route("/sim/state", sim_state),
     ]

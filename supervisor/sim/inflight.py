@@ -1,0 +1,52 @@
+"""Requests in flight by request id, for /abort_request.
+
+SGLang 0.5.23 (`sglang/srt/managers/tokenizer_manager.py` abort_request, and the scheduler's
+abort_request in `sglang/srt/managers/scheduler.py`):
+- a request id must be unique among those in flight ("Duplicate request ID detected: <rid>",
+  a 400);
+- `{"rid": R}` is ignored unless R is in flight (with one tokenizer worker); the scheduler then
+  aborts every request whose id *starts with* R; `{"abort_all": true}` aborts everything;
+  an empty rid without abort_all is ignored;
+- an aborted request still answers, with finish_reason "abort" and what it produced.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import anyio
+
+
+@dataclass
+class Flight:
+    rid: str
+    aborted: anyio.Event = field(default_factory=anyio.Event)
+
+
+class InFlight:
+    def __init__(self) -> None:
+        self._by_rid: dict[str, Flight] = {}
+
+    @contextmanager
+    def track(self, rid: str) -> Iterator[Flight]:
+        if rid in self._by_rid:
+            raise ValueError(f"Duplicate request ID detected: {rid}")
+        flight = self._by_rid[rid] = Flight(rid)
+        try:
+            yield flight
+        finally:
+            del self._by_rid[rid]
+
+    def __contains__(self, rid: object) -> bool:
+        return rid in self._by_rid
+
+    def abort(self, rid: str, abort_all: bool) -> int:
+        """How many requests were told to stop."""
+        if not abort_all and (not rid or rid not in self._by_rid):
+            return 0
+        hit = [f for f in self._by_rid.values() if abort_all or f.rid.startswith(rid)]
+        for f in hit:
+            f.aborted.set()
+        return len(hit)
