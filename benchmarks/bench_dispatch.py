@@ -50,7 +50,9 @@ def start_sims(count: int, flags: list[str]) -> list[tuple[subprocess.Popen, str
     sims = []
     for _ in range(count):
         port = free_port()
-        proc = subprocess.Popen(sim_argv(port, *flags), stdout=subprocess.DEVNULL,
+        # Thinking requests: as on SGLang, only a reasoning parser splits the trace out.
+        proc = subprocess.Popen(sim_argv(port, "--reasoning-parser", "qwen3", *flags),
+                                stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, proc)

@@ -53,7 +53,7 @@ def _immediate(opts: SimOptions) -> bool:
 async def _load(rt: SimRuntime) -> None:
     """Phase 1, before the port is open."""
     opts = rt.opts
-    log(f"Load weight begin. avail mem=139.21 GB", rank="TP0")
+    log("Load weight begin. avail mem=139.21 GB", rank="TP0")
     if opts.fault == "retract" and _immediate(opts):
         rt.faults.apply("retract")        # pressure from the first batch on
     elif opts.fault not in ("none", "stall", "retract") and _immediate(opts):
@@ -61,7 +61,7 @@ async def _load(rt: SimRuntime) -> None:
         rt.faults.apply(opts.fault)       # crash/oom never return; hang never yields again
     await asyncio.sleep(_scaled(opts, opts.startup_s))
     log(f"max_total_num_tokens={opts.max_total_num_tokens}, "
-        f"chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        "chunked_prefill_size=8192, max_prefill_tokens=16384, "
         f"max_running_requests={opts.effective_max_running_requests}, "
         f"context_len={opts.context_length}, available_gpu_mem=12.41 GB", rank="TP0")
     if rt.metrics is not None:
