@@ -20,7 +20,6 @@ from __future__ import annotations
 from state.events_table import EventsTable
 from state.prompt_rework import PromptRework
 from state.prompts_table import PromptsTable
-from state.records import SHARD_ASSIGNED, SHARD_UPLOADED, SHARD_WRITTEN
 from state.server_processes_table import ServerProcessesTable
 from state.settings_table import SettingsTable
 from state.shard_audit import ShardAudit
@@ -30,9 +29,4 @@ from state.shards_table import ShardsTable
 class Store(PromptsTable, ShardsTable, EventsTable, SettingsTable, ServerProcessesTable,
             PromptRework, ShardAudit):
     """Every query of the daemon, one table family per base class, over one connection
-    (state/connection.py). Callers keep using `Store.claim`, `Store.add_event`, ...;
-    `AsyncStore.call(Store.method, ...)` and the fleet's calls by method name work unchanged."""
-
-
-# Re-exported for callers that only import the store module.
-__all__ = ["Store", "SHARD_ASSIGNED", "SHARD_WRITTEN", "SHARD_UPLOADED"]
+    (state/connection.py): `store.claim(...)`, `AsyncStore.call(Store.claim, ...)`."""

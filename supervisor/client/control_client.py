@@ -20,7 +20,7 @@ import httpcore
 import httpx
 
 from supervisor.contract.codec import ContractError, to_plain
-from supervisor.contract.status import Event, FlagValue, Status, StreamItem, parse_stream_line
+from supervisor.contract.status import FlagValue, Status, StreamItem, parse_stream_line
 from supervisor.contract.actions import (FlagSetting, LogTail, MaxTokensRequest, MaxTokensResult,
                                          PauseRequest, PauseResult, RequeueFailedRequest,
                                          RequeueResult, RequeueTruncatedRequest, ResetResult,
@@ -377,11 +377,6 @@ def _stream_item(line: str) -> StreamItem:
         return parse_stream_line(line)
     except ContractError as exc:
         raise ControlProtocolError(str(exc)) from None
-
-
-def last_event_id(item: StreamItem, current: int | None) -> int | None:
-    """The `since` to reconnect with after `item` (events carry ids; snapshots do not)."""
-    return item.id if isinstance(item, Event) else current
 
 
 __all__ = ["ControlClient", "AsyncControlClient", "ControlError", "ControlUnreachable",

@@ -102,9 +102,6 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
                 return _error(exc.status, exc.reason)
         return handle
 
-    async def status(request: Request) -> Response:
-        return Response(await hub.status_json(), media_type="application/json")
-
     async def events(request: Request) -> Response:
         raw = request.query_params.get("since")
         since: int | None = None
@@ -208,7 +205,6 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
 
     get, post = ["GET"], ["POST"]
     routes = [
-        Route("/v1/status", guarded(status), methods=get),
         Route("/v1/events", guarded(events), methods=get),
         Route("/v1/servers/{name}/log", guarded(server_log), methods=get),
         Route("/v1/servers/{name}/reset", guarded(reset), methods=post),
@@ -227,14 +223,18 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
     async def asgi(scope: Scope, receive: Receive, send: Send) -> None:
         # GET /v1/status is what every poller sends, ten times a second each; answered
         # straight from the shared serialised snapshot, it costs the job's event loop a
-        # fraction of a full pass through the framework. Everything else goes to Starlette.
-        if (scope["type"] == "http" and scope["path"] == "/v1/status"
-                and scope["method"] == "GET"):
+        # fraction of a full pass through the framework. It is the path's only handler (no
+        # route behind it); everything else goes to Starlette.
+        if scope["type"] == "http" and scope["path"] == "/v1/status":
+            method = scope["method"]
+            if method not in ("GET", "HEAD"):
+                await _error(405, f"{method} is not allowed on /v1/status")(scope, receive, send)
+                return
             body = await hub.status_json()
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/json"),
                                     (b"content-length", str(len(body)).encode())]})
-            await send({"type": "http.response.body", "body": body})
+            await send({"type": "http.response.body", "body": body if method == "GET" else b""})
             return
         await app(scope, receive, send)
 

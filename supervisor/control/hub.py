@@ -102,10 +102,6 @@ class Hub:
     def unsubscribe(self, sub: Subscriber) -> None:
         self._subscribers.discard(sub)
 
-    @property
-    def readers(self) -> int:
-        return len(self._subscribers)
-
     async def status(self, max_age_s: float = 0.2) -> c.Status:
         """A snapshot at most `max_age_s` old, or the last one while a new one is being
         built: a crowd of pollers shares one build, and none waits behind the store's queue

@@ -3,9 +3,7 @@ control socket show. Built from in-memory figures plus one cheap store query."""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, is_dataclass
-from enum import Enum
-from typing import Any
+from dataclasses import dataclass
 
 from supervisor.dispatch.dispatcher import DispatchSnapshot
 from supervisor.dispatch.length_eta import EtaEstimate
@@ -61,21 +59,3 @@ class JobStatus:
     @property
     def finished(self) -> bool:
         return self.total > 0 and self.remaining == 0
-
-    def as_dict(self) -> dict[str, Any]:
-        out = _plain(asdict(self))
-        out["remaining"] = self.remaining
-        out["eta_s"] = self.eta_s
-        return out
-
-
-def _plain(value: Any) -> Any:
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
-    if isinstance(value, Enum):
-        return value.value
-    if is_dataclass(value) and not isinstance(value, type):
-        return _plain(asdict(value))
-    return value

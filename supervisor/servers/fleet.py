@@ -15,7 +15,6 @@ import random
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import anyio
@@ -24,7 +23,6 @@ import httpx
 from state.store import Store
 from supervisor.config import JobConfig, with_flags
 from supervisor.contract.event_kinds import EventKind
-from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.launch_command import build_specs
 from supervisor.servers.managed_server import FleetContext, ManagedServer
 from supervisor.servers.orphans import stop_orphan
@@ -85,7 +83,6 @@ class Fleet:
         self.dispatcher = dispatcher
         self.options = options or FleetOptions()
         o = self.options
-        self.ready_event = anyio.Event()   # set the first time any server is READY
         self._changed = anyio.Event()
         self._roll_ticket: RollTicket | None = None
         specs = build_specs(config.servers)
@@ -160,8 +157,6 @@ class Fleet:
     # -- what others see --------------------------------------------------------------------
 
     def _on_change(self) -> None:
-        if any(s.state is ServerState.READY for s in self.servers.values()):
-            self.ready_event.set()
         self._changed.set()
         self._changed = anyio.Event()
 
@@ -169,16 +164,8 @@ class Fleet:
         """Returns after the next state change of any server."""
         await self._changed.wait()
 
-    async def wait_any_ready(self) -> None:
-        while not any(s.state is ServerState.READY for s in self.servers.values()):
-            await self._changed.wait()
-
     def snapshot(self) -> list[ServerSnapshot]:
         return [s.snapshot() for s in self.servers.values()]
-
-    def endpoints(self) -> list[Endpoint]:
-        """The endpoints the dispatcher is serving right now."""
-        return [s.endpoint for s in self.servers.values() if s.endpoint is not None]
 
     def recent_log(self, name: str, lines: int = 200) -> list[str]:
         return self._server(name).log.tail(lines)
