@@ -105,7 +105,9 @@ def build_runtime(opts: SimOptions) -> SimRuntime:
     if opts.enable_metrics:
         set_prometheus_multiproc_dir()
         metrics = SimMetrics(opts.model_name, opts.dp_size)
-    return SimRuntime(opts=opts, slots=BatchSlots(opts.effective_max_running_requests),
+    # One scheduler per DP rank, each with its own slots (hence "_per_dp" in /server_info).
+    slots = BatchSlots(opts.effective_max_running_requests * opts.dp_size)
+    return SimRuntime(opts=opts, slots=slots,
                       faults=faults, metrics=metrics)
 
 

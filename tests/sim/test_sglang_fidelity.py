@@ -720,3 +720,16 @@ def test_chat_rid_is_the_response_id_and_abort_ends_it_with_abort(sim_server):
     choice = body["choices"][0]
     assert choice["finish_reason"] == "abort" and choice["matched_stop"] is None
     assert 0 < body["usage"]["completion_tokens"] < 2000
+
+
+def test_data_parallel_has_one_internal_state_and_slot_set_per_rank(sim_server):
+    """sglang/srt/entrypoints/http_server.py server_info: internal_states is one entry per DP
+    rank (each scheduler's own effective_max_running_requests_per_dp, the flag itself without
+    DP attention, sglang/srt/mem_cache/kv_cache_configurator.py); the scheduler metrics gain
+    a dp_rank label (sglang/srt/observability/metrics_collector.py)."""
+    sim = sim_server("--sim-instant", "--dp-size", "2", "--max-running-requests", "3",
+                     "--enable-metrics")
+    states = _get(sim.base_url, "/server_info").json()["internal_states"]
+    assert [s["effective_max_running_requests_per_dp"] for s in states] == [3, 3]
+    fams = _families(_get(sim.base_url, "/metrics").text)
+    assert fams["sglang:num_running_reqs"].samples[0].labels["dp_rank"] == "0"
