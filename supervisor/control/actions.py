@@ -16,6 +16,7 @@ from typing import Any, Awaitable, Callable, Protocol
 import anyio
 import anyio.abc
 
+from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import ConfigError, JobConfig, with_flags
 from supervisor.contract import status as c
@@ -53,8 +54,8 @@ class JobParts(Protocol):
 
 
 class Actions:
-    def __init__(self, job: JobParts, astore: Any, tg: anyio.abc.TaskGroup,
-                 clock: Any = time.time) -> None:
+    def __init__(self, job: JobParts, astore: AsyncStore, tg: anyio.abc.TaskGroup,
+                 clock: Callable[[], float] = time.time) -> None:
         self.job = job
         self.astore = astore
         self.tg = tg

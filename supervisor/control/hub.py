@@ -16,6 +16,7 @@ from typing import Awaitable, Callable
 
 import anyio
 
+from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.contract import status as c
 from supervisor.control.audit_events import event_of
@@ -69,7 +70,7 @@ StatusSource = Callable[[], Awaitable[c.Status]]
 
 
 class Hub:
-    def __init__(self, astore: object, build: StatusSource, interval_s: float,
+    def __init__(self, astore: AsyncStore, build: StatusSource, interval_s: float,
                  buffer: int = 64, clock: Callable[[], float] = time.time,
                  on_event: Callable[[c.Event], None] | None = None) -> None:
         self.astore = astore
@@ -86,9 +87,6 @@ class Hub:
         self._cached_json: tuple[c.Status, bytes] | None = None
         self._building = anyio.Lock()
         self.closed = False
-
-    async def _store(self, fn: Callable[..., object], *args: object) -> object:
-        return await self.astore.call(fn, *args)  # type: ignore[attr-defined]
 
     # -- readers ------------------------------------------------------------------------------
 
@@ -138,8 +136,7 @@ class Hub:
         out: list[c.Event] = []
         after = since
         while (upto is None or after < upto) and len(out) < REPLAY_LIMIT:
-            page = await self._store(Store.events_after, after, REPLAY_PAGE)
-            assert isinstance(page, list)
+            page = await self.astore.call(Store.events_after, after, REPLAY_PAGE)
             for e in page:
                 if upto is not None and e.id > upto:
                     return out
@@ -152,8 +149,7 @@ class Hub:
     # -- the publisher ------------------------------------------------------------------------
 
     async def prime(self) -> None:
-        recent = await self._store(Store.recent_events, RECENT_EVENTS)
-        assert isinstance(recent, list)
+        recent = await self.astore.call(Store.recent_events, RECENT_EVENTS)
         for e in recent:
             self.events.append(event_of(e))
         self.last_event_id = recent[-1].id if recent else 0
@@ -180,8 +176,7 @@ class Hub:
 
     async def _poll_events(self) -> None:
         while True:
-            page = await self._store(Store.events_after, self.last_event_id, REPLAY_PAGE)
-            assert isinstance(page, list)
+            page = await self.astore.call(Store.events_after, self.last_event_id, REPLAY_PAGE)
             for e in page:
                 event = event_of(e)
                 if self.on_event is not None:

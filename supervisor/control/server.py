@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Iterator
+from typing import Iterator
 
 import anyio
 import uvicorn
 
+from state.async_store import AsyncStore
 from supervisor.control.actions import Actions, JobParts
 from supervisor.control.app import build_app
 from supervisor.control.hub import Hub, StatusSource
@@ -41,7 +42,7 @@ class _Server(uvicorn.Server):
 
 
 class ControlServer:
-    def __init__(self, job: JobParts, astore: Any, bound: BoundSocket, interval_s: float,
+    def __init__(self, job: JobParts, astore: AsyncStore, bound: BoundSocket, interval_s: float,
                  status: StatusSource) -> None:
         """`status()` builds the job's contract Status (the job supplies it)."""
         self.job = job

@@ -11,23 +11,42 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
-from typing import Any
+from typing import Any, Callable, Protocol
 
 import anyio
+import anyio.abc
 
 from state.store import Store
 from supervisor.contract.event_kinds import EventKind
 from supervisor.config import JobConfig
 from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused, load_for_reload
+from supervisor.dispatch.dispatcher import Dispatcher
+from supervisor.job.systemd_report import SystemdReport
 from supervisor.servers.fleet import Fleet, RollBusy, RollTicket
+from supervisor.uploads.disk_guard import DiskGuard
+from supervisor.uploads.uploader import Uploader
 from supervisor.uploads.backoff import Backoff
 from supervisor.uploads.disk_guard import RESUME_MARGIN
 
 log = logging.getLogger("supervisor.job")
 
 
-async def reload_job(job: Any, actor: str) -> str:
+class ReloadableJob(Protocol):
+    """What a reload reads and changes of the running job (main_loop.Job); the parts not
+    started yet are None."""
+    reload_lock: anyio.Lock
+    systemd: SystemdReport
+    reload_config: Callable[[], JobConfig] | None   # reads the file as it was read at start
+    file_config: JobConfig                           # the file as last read
+    config: JobConfig
+    dispatcher: Dispatcher | None
+    fleet: Fleet | None
+    uploader: Uploader | None
+    disk_guard: DiskGuard | None
+    task_group: anyio.abc.TaskGroup | None           # where a reload's roll runs
+
+
+async def reload_job(job: ReloadableJob, actor: str) -> str:
     """Returns the outcome's one line (also logged, sent as STATUS= and audited)."""
     async with job.reload_lock:
         job.systemd.reloading()
@@ -46,7 +65,7 @@ async def reload_job(job: Any, actor: str) -> str:
             try:
                 await apply_reload(job, new, plan, actor, job.task_group, ticket)
             except BaseException:
-                if ticket is not None:
+                if ticket is not None and job.fleet is not None:
                     job.fleet.release_roll(ticket)      # its roll never started
                 raise
             job.file_config = new
@@ -74,7 +93,7 @@ def _reserve_roll(fleet: Fleet | None, plan: ReloadPlan) -> RollTicket | None:
         raise ReloadRefused(f"{exc}; nothing applied") from None
 
 
-async def apply_reload(job: Any, new: JobConfig, plan: ReloadPlan, actor: str,
+async def apply_reload(job: ReloadableJob, new: JobConfig, plan: ReloadPlan, actor: str,
                        tg: anyio.abc.TaskGroup | None, ticket: RollTicket | None) -> None:
     dispatcher, fleet = job.dispatcher, job.fleet
     job.config = new
@@ -93,26 +112,13 @@ async def apply_reload(job: Any, new: JobConfig, plan: ReloadPlan, actor: str,
             tg.start_soon(_roll, fleet, plan, actor, ticket, name="reload: rolling restart")
 
 
-def _servers_live(fleet: Any, new: JobConfig, plan: ReloadPlan) -> None:
+def _servers_live(fleet: Fleet, new: JobConfig, plan: ReloadPlan) -> None:
     timings = {c.key.split(".", 1)[1]: c.new for c in plan.live
                if c.key.startswith("servers.") and c.key.split(".", 1)[1] in SERVER_TIMINGS}
-    for server in fleet.servers.values():
-        if timings:
-            # Each server reads its own [servers] copy at its next check or life; its flags
-            # (possibly retuned from the control socket) stay as they are.
-            server.servers = replace(server.servers, **timings)
-            policy = server.policy
-            policy.initial_s = server.servers.backoff_initial_s
-            policy.max_s = server.servers.backoff_max_s
-            policy.max_failures = server.servers.max_failures
-            policy.window_s = server.servers.failure_window_s
-        # Slots are sized when a server starts: a new in-flight limit takes the rolling restart.
-        server.dispatch = new.dispatch
-    fleet.config = replace(fleet.config, servers=replace(fleet.config.servers, **timings),
-                           dispatch=new.dispatch)
+    fleet.reload_settings(timings, new.dispatch)
 
 
-def _uploads_live(job: Any, new: JobConfig, plan: ReloadPlan) -> None:
+def _uploads_live(job: ReloadableJob, new: JobConfig, plan: ReloadPlan) -> None:
     u = new.uploads
     uploader = job.uploader
     if uploader is not None and any(c.key.startswith("uploads.") for c in plan.live):

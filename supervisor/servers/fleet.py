@@ -15,13 +15,14 @@ import random
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, TypeVar
 
 import anyio
 import httpx
 
+from state.async_store import AsyncStore
 from state.store import Store
-from supervisor.config import JobConfig, with_flags
+from supervisor.config import DispatchSection, JobConfig, with_flags
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.launch_command import build_specs
 from supervisor.servers.managed_server import FleetContext, ManagedServer
@@ -29,6 +30,10 @@ from supervisor.servers.orphans import stop_orphan
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ServerSnapshot, ServerState
+
+if TYPE_CHECKING:
+    from supervisor.dispatch.progress import ServerProgress
+    from supervisor.servers.endpoint import Endpoint
 
 log = logging.getLogger("supervisor.servers")
 T = TypeVar("T")
@@ -63,6 +68,15 @@ class RollingResult:
         return self.aborted_at is None
 
 
+class Dispatching(Protocol):
+    """What the servers ask of the dispatcher: keep a READY server's slots full until it
+    drains, and how its requests are going (its slots, the hang watch)."""
+
+    async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None: ...
+
+    def progress(self, name: str) -> ServerProgress: ...
+
+
 class RollBusy(RuntimeError):
     """A rolling restart or retune runs already; the message names it."""
 
@@ -76,7 +90,7 @@ class RollTicket:
 
 
 class Fleet:
-    def __init__(self, config: JobConfig, astore: Any, dispatcher: Any,
+    def __init__(self, config: JobConfig, astore: AsyncStore, dispatcher: Dispatching,
                  options: FleetOptions | None = None) -> None:
         self.config = config
         self.astore = astore
@@ -240,6 +254,15 @@ class Fleet:
             server.servers = new[server.name]
 
         return await self._roll(targets, actor, f"retune {dict(flags)}", apply)
+
+    def reload_settings(self, timings: Mapping[str, Any], dispatch: DispatchSection) -> None:
+        """A config reload's live [servers] timings and [dispatch]. Each server keeps its own
+        flags (possibly retuned from the control socket); slots are sized when a server
+        starts, so a new in-flight limit waits for the reload's rolling restart."""
+        for server in self.servers.values():
+            server.use_config(replace(server.servers, **timings), dispatch)
+        self.config = replace(self.config, servers=replace(self.config.servers, **timings),
+                              dispatch=dispatch)
 
     async def reset(self, name: str, actor: str = "operator") -> bool:
         """FAILED → STARTING with a clean failure history; False if it was not FAILED."""

@@ -123,6 +123,13 @@ class ManagedServer:
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    def use_config(self, servers: ServersSection, dispatch: DispatchSection) -> None:
+        """A reloaded config's sections, read at the next check or life; the restart policy
+        takes the new limits and keeps the failures it has seen."""
+        self.servers = servers
+        self.dispatch = dispatch
+        self.policy.follow(servers)
+
     def snapshot(self) -> ServerSnapshot:
         try:
             in_flight = int(self.ctx.dispatcher.progress(self.name).in_flight)

@@ -38,6 +38,13 @@ class RestartPolicy:
         return cls(servers.backoff_initial_s, servers.backoff_max_s, servers.max_failures,
                    servers.failure_window_s, rng)
 
+    def follow(self, servers: ServersSection) -> None:
+        """A reloaded config's backoff and failure limits; the failures seen so far stay."""
+        self.initial_s = servers.backoff_initial_s
+        self.max_s = servers.backoff_max_s
+        self.max_failures = servers.max_failures
+        self.window_s = servers.failure_window_s
+
     def _expire(self, now: float) -> None:
         while self._failures and self._failures[0] <= now - self.window_s:
             self._failures.popleft()

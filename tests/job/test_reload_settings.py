@@ -1,0 +1,41 @@
+"""A reload's live server timings reach each server through the fleet: the restart policy
+takes the new limits and keeps the failures it has counted, and a flag retuned from the
+control socket stays (the reload does not write into the servers' objects itself)."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+from state.async_store import AsyncStore
+from state.store import Store
+from supervisor.dispatch.dispatcher import Dispatcher
+from supervisor.servers.fleet import Fleet
+from tests.fixtures.dispatching import job_config
+
+
+async def test_timings_reach_every_server_and_their_policies(tmp_path: Path) -> None:
+    cfg = job_config(tmp_path, servers={"count": 2, "flags": {"max-running-requests": 8}})
+    store = Store.open(tmp_path / "job.db")
+    try:
+        astore = AsyncStore(store)
+        fleet = Fleet(cfg, astore, Dispatcher(astore, cfg))
+        gpu0 = fleet.servers["gpu0"]
+        gpu0.servers = replace(gpu0.servers, flags={"max-running-requests": 4})   # a retune
+        gpu0.policy.record_failure(100.0)
+        new_dispatch = replace(cfg.dispatch, max_attempts=7)
+
+        fleet.reload_settings({"backoff_initial_s": 1.5, "max_failures": 9,
+                               "failure_window_s": 60.0}, new_dispatch)
+
+        for server in fleet.servers.values():
+            p = server.policy
+            assert (p.initial_s, p.max_failures, p.window_s) == (1.5, 9, 60.0)
+            assert server.servers.backoff_initial_s == 1.5
+            assert server.dispatch.max_attempts == 7
+        assert gpu0.policy.failures_in_window(110.0) == 1
+        assert gpu0.servers.flags == {"max-running-requests": 4}
+        assert fleet.config.servers.max_failures == 9 and fleet.config.dispatch.max_attempts == 7
+        assert fleet.config.servers.flags == cfg.servers.flags
+    finally:
+        store.close()
