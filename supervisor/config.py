@@ -130,6 +130,13 @@ class DispatchSection:
     breaker_error_rate: float = 0.5
     breaker_window: int = 200
     breaker_min_samples: int = 50
+    # Stream each answer (SSE, with our own request id) so a request is watched while it
+    # decodes: stalls and loops are aborted on the server by id. False: one plain POST per
+    # answer (a server or proxy that does not stream).
+    stream: bool = True
+    # A streamed request with no new token for this long is aborted and retried (an
+    # attempt counted); several on one server mark it hung (dispatch/stall_watch.py).
+    stall_s: float = 120.0
 
 
 @dataclass(frozen=True)
@@ -367,6 +374,7 @@ def _validate(cfg: JobConfig) -> None:
         raise ConfigError(f"dispatch.breaker_error_rate: must be within (0, 1] (1 = never pause), "
                           f"got {d.breaker_error_rate}")
     positive("dispatch.breaker_window", d.breaker_window)
+    positive("dispatch.stall_s", d.stall_s)
     if not 0 < d.breaker_min_samples <= d.breaker_window:
         raise ConfigError(f"dispatch.breaker_min_samples: must be within 1..dispatch."
                           f"breaker_window ({d.breaker_window}), got {d.breaker_min_samples}")

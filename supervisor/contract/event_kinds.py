@@ -26,6 +26,8 @@ class EventKind(StrEnum):
     REIMPORT_CHANGED = "reimport_changed"        # prompts whose text changed, imported again
     PAUSED = "paused"                            # subject: the pause's source
     RESUMED = "resumed"
+    REQUEST_STALLED = "request_stalled"          # no token for dispatch.stall_s: aborted, retried
+    LOOP_ABORTED = "loop_aborted"                # a loop stopped while it ran, tokens saved
     # servers
     SERVER_STATE = "server_state"                # detail: from, to, reason, exit_kind
     SERVER_RETUNE = "server_retune"

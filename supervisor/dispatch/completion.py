@@ -19,7 +19,11 @@ from supervisor.dispatch.context_refusal import is_context_refusal
 
 
 def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSection,
-                 max_tokens: int) -> dict[str, Any]:
+                 max_tokens: int, *, rid: str | None = None) -> dict[str, Any]:
+    """The chat completion request; with `rid` a streamed one under that request id (what
+    /abort_request names: `ChatCompletionRequest.rid` in
+    `sglang/srt/entrypoints/openai/protocol.py`, passed on as GenerateReqInput.rid by
+    serving_chat.py)."""
     body: dict[str, Any] = {
         "model": model,
         "messages": messages,
@@ -31,6 +35,14 @@ def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSect
         "top_p": gen.top_p,
         "stream": False,
     }
+    if rid is not None:
+        body["stream"] = True
+        body["rid"] = rid
+        # include_usage: a last chunk with the whole usage (the non-streamed answer's counts);
+        # continuous_usage_stats: the running completion_tokens on each chunk, so a stall or
+        # a loop knows exactly how many tokens it had cost (`sglang/srt/entrypoints/openai/
+        # utils.py` should_include_usage; serving_chat.py _generate_stream_content).
+        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
     if gen.enable_thinking:
         body["chat_template_kwargs"] = {"enable_thinking": True}
         body["separate_reasoning"] = True
@@ -97,6 +109,22 @@ def classify_response(status: int, text: str) -> Answer:
         return Retryable(message, f"HTTP {status}")
     try:
         data = json.loads(text)
+    except ValueError as exc:
+        return _nonsense(exc, text)
+    return classify_answer(data, text)
+
+
+def _nonsense(exc: Exception, text: str) -> Retryable:
+    snippet = text.strip()[:200]
+    return Retryable(f"server answered nonsense ({type(exc).__name__}: {exc}): {snippet!r}",
+                     "nonsense answer")
+
+
+def classify_answer(data: Any, text: str) -> Answer:
+    """A 200 answer's body, already parsed (`text`: what to quote if it makes no sense).
+    The streamed path (stream_answer.py) assembles its chunks into this same shape, so
+    both paths are judged here alike."""
+    try:
         choice = data["choices"][0]
         message = choice["message"]
         content = message.get("content") or ""
@@ -118,9 +146,7 @@ def classify_response(status: int, text: str) -> Answer:
             completion_tokens=_int(usage, "completion_tokens"),
             reasoning_tokens=reasoning_tokens)
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
-        snippet = text.strip()[:200]
-        return Retryable(f"server answered nonsense ({type(exc).__name__}: {exc}): {snippet!r}",
-                         "nonsense answer")
+        return _nonsense(exc, text)
     if finish == "abort":
         return Retryable("request aborted by the server (finish_reason abort)", "abort")
     if finish not in _DONE_REASONS:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -35,9 +36,13 @@ from supervisor.dispatch.loop_detector import is_loop
 from supervisor.dispatch.metrics import CompletionRateWindow
 from supervisor.dispatch.outcome import outcome_of
 from supervisor.dispatch.output_lengths import LengthWindow
-from supervisor.dispatch.progress import DispatchSnapshot, InFlightRequest, ServerProgress
+from supervisor.dispatch.progress import (DispatchSnapshot, InFlightRequest, ServerProgress,
+                                          StreamFigures)
 from supervisor.dispatch.quality import QualityGate
 from supervisor.dispatch.recorder import Recorder
+from supervisor.dispatch.stall_watch import StallWindow
+from supervisor.dispatch.stream_loop_watch import StreamLoopWatch
+from supervisor.dispatch.stream_request import Streamed, stream_chat
 from supervisor.servers.endpoint import Endpoint
 
 log = logging.getLogger("supervisor.dispatch")
@@ -54,6 +59,14 @@ class _Serving:
     endpoint: Endpoint
     claimed: dict[str, ClaimedPrompt] = field(default_factory=dict)  # not yet resolved
     wake: anyio.Event = field(default_factory=anyio.Event)
+
+
+def request_id(prompt: ClaimedPrompt) -> str:
+    """The request id a streamed attempt runs under: the prompt id and the attempt number,
+    so the server's log lines match ours, and a random tail. SGLang aborts every request
+    whose id *starts with* the one named (`sglang/srt/managers/scheduler.py` abort_request),
+    so no id may be a prefix of another: the fixed-length random tail sees to that."""
+    return f"{prompt.id}#{prompt.attempts + 1}#{secrets.token_hex(6)}"
 
 
 class Dispatcher:
@@ -88,6 +101,8 @@ class Dispatcher:
                                           self._paused, self._paused_on_bad_output)
         self._recorder = Recorder(self._write, on_committed=self._after_commit)
         self._tg: anyio.abc.TaskGroup | None = None
+        self._stalls = StallWindow()
+        self._streamed = StreamFigures()
 
     # -- lifetime -----------------------------------------------------------------------------
 
@@ -155,7 +170,8 @@ class Dispatcher:
             rates=self.rates.snapshot(now),
             per_server={n: p.rates.snapshot(now) for n, p in self._progress.items()
                         if p.rates is not None},
-            quality=self.quality.snapshot(), breaker=self.breaker.snapshot())
+            quality=self.quality.snapshot(), breaker=self.breaker.snapshot(),
+            streamed=self._streamed)
 
     @property
     def paused(self) -> bool:
@@ -273,6 +289,9 @@ class Dispatcher:
 
     async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None:
         serving = _Serving(endpoint)
+        # A new life of the server: its stalls so far were its last life's.
+        self.progress(endpoint.name).hung = None
+        self._stalls.reset(endpoint.name)
         key = id(serving)
         self._serving[key] = serving
         prefetch = max(1, min(self.config.dispatch.claim_batch, endpoint.max_running))
@@ -369,9 +388,11 @@ class Dispatcher:
         p = self.progress(endpoint.name)
         gen = self.config.generation
         max_tokens = self.max_tokens     # fixed for this request, whatever changes meanwhile
-        body = json.dumps(request_body(self.config.job.model, prompt.messages, gen, max_tokens),
-                          ensure_ascii=False).encode()
-        timeout = self.config.dispatch.request_timeout_s
+        d = self.config.dispatch
+        rid = request_id(prompt) if d.stream else None
+        body = json.dumps(request_body(self.config.job.model, prompt.messages, gen, max_tokens,
+                                       rid=rid), ensure_ascii=False).encode()
+        timeout = d.request_timeout_s
         started = self.clock()
         self.eta.started(prompt.id, max_tokens, started)
         p.in_flight += 1
@@ -380,12 +401,19 @@ class Dispatcher:
         self._requests[prompt.id] = InFlightRequest(endpoint.name, p.last_request_started_at,
                                                     max_tokens)
         gone: str | None = None
+        streamed: Streamed | None = None
         try:
             assert self._client is not None
-            resp = await self._client.post(
-                endpoint.base_url + "/v1/chat/completions", content=body,
-                headers={"content-type": "application/json"}, timeout=timeout)
-            answer = classify_response(resp.status_code, resp.text)
+            if rid is not None:
+                streamed = await stream_chat(self._client, endpoint.base_url, body, rid,
+                                             stall_s=d.stall_s, timeout_s=timeout,
+                                             watch=StreamLoopWatch())
+                answer, gone = streamed.answer, streamed.gone
+            else:
+                resp = await self._client.post(
+                    endpoint.base_url + "/v1/chat/completions", content=body,
+                    headers={"content-type": "application/json"}, timeout=timeout)
+                answer = classify_response(resp.status_code, resp.text)
         except httpx.TimeoutException as exc:
             answer = Retryable(f"no answer within {timeout:g} s ({type(exc).__name__})",
                                "timeout")
@@ -398,8 +426,12 @@ class Dispatcher:
         if gone is not None:
             await anyio.sleep(self.gone_grace_s)   # cancelled here if the server really went away
             answer = Retryable(f"connection to {endpoint.name} failed: {gone}", "connection")
+        assert answer is not None
         finished = self.clock()
-        outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started, finished)
+        if streamed is not None:
+            self._watched(endpoint.name, prompt.id, rid, streamed, max_tokens)
+        outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started, finished,
+                                aborted_loop=streamed is not None and streamed.loop is not None)
         # No await between leaving `claimed` and submitting: a cancellation can never see
         # a prompt that is in neither place.
         del serving.claimed[prompt.id]
@@ -407,14 +439,46 @@ class Dispatcher:
         p.completed += 1
         p.last_completion_at = time.monotonic()
 
+    def _watched(self, server: str, prompt_id: str, rid: str | None, streamed: Streamed,
+                 max_tokens: int) -> None:
+        """What watching the stream found: a stall (event; enough of them and the server is
+        hung) or a loop aborted while it ran (event; tokens saved)."""
+        f = self._streamed
+        if streamed.stalled:
+            self._streamed = StreamFigures(f.stalls + 1, f.loops_aborted, f.loop_tokens_saved)
+            log.warning("%s: prompt %s stalled after %d tokens (no token for %g s): aborted "
+                        "as %s, will be retried", server, prompt_id, streamed.tokens,
+                        self.config.dispatch.stall_s, rid)
+            self._event(EventKind.REQUEST_STALLED, server,
+                        {"prompt": prompt_id, "rid": rid, "tokens": streamed.tokens,
+                         "stall_s": self.config.dispatch.stall_s}, "supervisor")
+            hung = self._stalls.stalled(server, time.monotonic())
+            p = self.progress(server)
+            if hung is not None and p.hung is None:
+                log.error("%s: %s", server, hung)
+                p.hung = hung
+        elif streamed.loop is not None and isinstance(streamed.answer, Completion):
+            saved = max(0, max_tokens - streamed.answer.completion_tokens)
+            self._streamed = StreamFigures(f.stalls, f.loops_aborted + 1,
+                                           f.loop_tokens_saved + saved)
+            v = streamed.loop
+            self._event(EventKind.LOOP_ABORTED, server,
+                        {"prompt": prompt_id, "rid": rid, "part": v.part,
+                         "tokens": streamed.answer.completion_tokens, "saved": saved,
+                         "snippet": v.snippet[:120]}, "supervisor")
+
     def _outcome(self, prompt: ClaimedPrompt, answer: Answer, server: str, max_tokens: int,
-                 started: float, finished: float) -> Outcome:
+                 started: float, finished: float, aborted_loop: bool = False) -> Outcome:
         p = self.progress(server)
         loop = False
         if isinstance(answer, Completion):
             self.eta.finished(prompt.id, answer.completion_tokens,
                               answer.finish_reason == "length", finished)
-            loop = is_loop(answer.content, answer.reasoning_content, answer.finish_reason)
+            # A loop aborted while it ran is one by the stream's watch; it is recorded as
+            # cut off (finish_reason length) so it counts in the loop rate and is re-run
+            # only by a requeue that includes loops.
+            loop = aborted_loop or is_loop(answer.content, answer.reasoning_content,
+                                           answer.finish_reason)
             self.rates.add(finished, 1, answer.completion_tokens)
             self.lengths.add(answer.completion_tokens)
             assert p.rates is not None

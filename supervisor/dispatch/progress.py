@@ -21,6 +21,9 @@ class ServerProgress:
     errors: int = 0
     last_error: str | None = None
     rates: CompletionRateWindow | None = None
+    # Set when enough of its requests stalled (stall_watch.py): the fleet's progress watcher
+    # restarts the server with this reason. Cleared when the next life starts serving.
+    hung: str | None = None
 
 
 @dataclass(frozen=True)
@@ -32,6 +35,14 @@ class InFlightRequest:
 
 
 @dataclass(frozen=True)
+class StreamFigures:
+    """What watching streamed requests found, since the daemon started."""
+    stalls: int = 0                  # requests aborted for no token in dispatch.stall_s
+    loops_aborted: int = 0           # loops aborted while they ran
+    loop_tokens_saved: int = 0       # max_tokens - tokens generated, over those loops
+
+
+@dataclass(frozen=True)
 class DispatchSnapshot:
     max_tokens: int
     paused: dict[str, str]                   # reason key -> why
@@ -40,3 +51,4 @@ class DispatchSnapshot:
     per_server: dict[str, RateSnapshot]
     quality: QualitySnapshot
     breaker: BreakerSnapshot
+    streamed: StreamFigures = StreamFigures()

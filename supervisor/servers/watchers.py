@@ -91,6 +91,12 @@ async def watch_progress(progress: Callable[[], Any], s: ServersSection,
     while True:
         await anyio.sleep(interval)
         p = progress()
+        hung = getattr(p, "hung", None)
+        if hung:
+            # The dispatcher saw requests stall one by one (dispatch/stall_watch.py); each
+            # stall ends its request, so the completed count below keeps moving.
+            decision.decide(Failure(Trigger.PROGRESS, hung))
+            return
         now = anyio.current_time()
         if p.in_flight == 0 or p.completed != last_completed:
             last_completed = p.completed
