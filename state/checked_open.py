@@ -115,6 +115,9 @@ def open_checked(path: str | Path, *, create: bool = True, full_check: bool = Fa
         raise StateDBError(_explain(path, exc)) from None
     if problems:
         store.close()
-        raise StateDBError(f"{path}: the state DB is damaged ({'; '.join(problems[:3])}); "
+        # SQLite's check lines may span lines ("*** in database main ***\nPage 56: ..."):
+        # the error stays one line.
+        said = "; ".join(" ".join(p.split()) for p in problems[:3])
+        raise StateDBError(f"{path}: the state DB is damaged ({said}); "
                            f"{RECOVERY_HINT}")
     return store

@@ -10,6 +10,7 @@ from state.connection import StoreConnection, dumps
 from state.crash_points import crash_point
 from state.records import (DONE, FAILED, IN_FLIGHT, PENDING, STATUSES, ClaimedPrompt, Done,
                            Failed, ImportRow, Outcome, Requeue, Retry, StatusCounts)
+from state.waste_table import Wasted, insert_waste
 
 
 class PromptsTable(StoreConnection):
@@ -56,10 +57,11 @@ class PromptsTable(StoreConnection):
             crash_point("claim.mid_tx")
         return [ClaimedPrompt(r[1], json.loads(r[2]), r[3]) for r in rows]
 
-    def record(self, outcomes: Sequence[Outcome]) -> None:
+    def record(self, outcomes: Sequence[Outcome | Wasted]) -> None:
         """Apply a batch of outcomes in one transaction (group commit). An outcome for a
         prompt that is not in flight is ignored: a late answer after a requeue must not
-        overwrite the state the requeue set."""
+        overwrite the state the requeue set. A `Wasted` among them is a row of the waste
+        ledger (state/waste_table.py), written whatever the prompt's state."""
         if not outcomes:
             return
         with self._tx() as conn:
@@ -67,8 +69,10 @@ class PromptsTable(StoreConnection):
                 self._apply(conn, outcome)
             crash_point("record.mid_tx")
 
-    def _apply(self, conn: sqlite3.Connection, o: Outcome) -> None:
-        if isinstance(o, Done):
+    def _apply(self, conn: sqlite3.Connection, o: Outcome | Wasted) -> None:
+        if isinstance(o, Wasted):
+            insert_waste(conn, o)
+        elif isinstance(o, Done):
             c = o.completion
             got = conn.execute(
                 "UPDATE prompts SET status = 'done', attempts = attempts + 1, error = NULL, "

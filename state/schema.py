@@ -19,8 +19,9 @@ from __future__ import annotations
 import sqlite3
 
 from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.waste_causes import WasteCause
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 _V1 = [
     """
@@ -232,8 +233,99 @@ _V5 = [
     """,
 ]
 
+# The waste ledger (state/waste_table.py): generated tokens thrown away, by cause, and the
+# tokens kept. Triggers keep `token_ledger` in step with `waste` and with the answers in
+# `prompts`, in the same transaction as the change, on every path that writes a prompt.
+_CAUSES = ", ".join(f"'{c}'" for c in WasteCause)
+# An answer counts as kept while it is done and not a degenerate loop.
+_KEPT_NEW = "(CASE WHEN new.status = 'done' AND coalesce(new.loop, 0) = 0 THEN 1 ELSE 0 END)"
+_KEPT_OLD = "(CASE WHEN old.status = 'done' AND coalesce(old.loop, 0) = 0 THEN 1 ELSE 0 END)"
+# Unix seconds with a fraction (SQLite 3.40 has no unixepoch('subsec')).
+_NOW = "((julianday('now') - 2440587.5) * 86400.0)"
+_V6 = [
+    f"""
+    CREATE TABLE waste (
+        id        INTEGER PRIMARY KEY,
+        time      REAL NOT NULL,
+        cause     TEXT NOT NULL CHECK (cause IN ({_CAUSES})),
+        prompt_id TEXT,                               -- NULL when not known
+        server    TEXT,
+        tokens    INTEGER NOT NULL CHECK (tokens >= 0),
+        estimated INTEGER NOT NULL DEFAULT 0 CHECK (estimated IN (0, 1))
+    )
+    """,
+    """
+    CREATE TABLE token_ledger (
+        cause    TEXT PRIMARY KEY,                    -- 'kept', or a cause of waste
+        requests INTEGER NOT NULL DEFAULT 0,
+        tokens   INTEGER NOT NULL DEFAULT 0
+    )
+    """,
+    "INSERT INTO token_ledger (cause) VALUES ('kept'), "
+    + ", ".join(f"('{c}')" for c in WasteCause),
+    """
+    CREATE TRIGGER waste_totals AFTER INSERT ON waste BEGIN
+        UPDATE token_ledger SET requests = requests + 1, tokens = tokens + new.tokens
+        WHERE cause = new.cause;
+    END
+    """,
+    # Kept follows every change of a row's status, tokens or loop flag (claims fire it too,
+    # and change nothing: the WHEN keeps that to one comparison).
+    f"""
+    CREATE TRIGGER ledger_kept AFTER UPDATE OF status, completion_tokens, loop ON prompts
+    WHEN old.status = 'done' OR new.status = 'done' BEGIN
+        UPDATE token_ledger
+        SET requests = requests + {_KEPT_NEW} - {_KEPT_OLD},
+            tokens = tokens + {_KEPT_NEW} * coalesce(new.completion_tokens, 0)
+                            - {_KEPT_OLD} * coalesce(old.completion_tokens, 0)
+        WHERE cause = 'kept';
+    END
+    """,
+    # A looping answer recorded: generated, and nobody keeps it.
+    f"""
+    CREATE TRIGGER ledger_loop_recorded AFTER UPDATE OF status ON prompts
+    WHEN new.status = 'done' AND old.status <> 'done' AND new.loop = 1 BEGIN
+        INSERT INTO waste (time, cause, prompt_id, server, tokens)
+        VALUES ({_NOW}, '{WasteCause.LOOP}', new.id, new.server,
+                coalesce(new.completion_tokens, 0));
+    END
+    """,
+    # A kept answer sent back to pending: its tokens are thrown away when it is regenerated.
+    f"""
+    CREATE TRIGGER ledger_answer_requeued AFTER UPDATE OF status ON prompts
+    WHEN old.status = 'done' AND new.status <> 'done' AND coalesce(old.loop, 0) = 0 BEGIN
+        INSERT INTO waste (time, cause, prompt_id, server, tokens)
+        VALUES ({_NOW}, '{WasteCause.REQUEUE}', old.id, old.server,
+                coalesce(old.completion_tokens, 0));
+    END
+    """,
+    # What a DB from before the ledger already holds: its answers kept, its loops wasted
+    # (earlier requeues, retries and crashes left no trace to count).
+    f"""
+    INSERT INTO waste (time, cause, prompt_id, server, tokens)
+    SELECT coalesce(finished_at, {_NOW}), '{WasteCause.LOOP}', id, server,
+           coalesce(completion_tokens, 0)
+    FROM prompts WHERE status = 'done' AND loop = 1
+    """,
+    """
+    UPDATE token_ledger
+    SET (requests, tokens) = (SELECT count(*), coalesce(sum(completion_tokens), 0)
+                              FROM prompts WHERE status = 'done' AND coalesce(loop, 0) = 0)
+    WHERE cause = 'kept'
+    """,
+    # Tokens by cause with the share of all generated, and goodput on the `kept` row.
+    """
+    CREATE VIEW audit_waste AS
+    SELECT cause, requests, tokens,
+           round(100.0 * tokens / max(1, (SELECT sum(tokens) FROM token_ledger)), 2)
+               AS pct_of_generated
+    FROM token_ledger
+    ORDER BY cause = 'kept' DESC, tokens DESC, cause
+    """,
+]
+
 # version -> statements that bring the DB from version-1 to version.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5}
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
 
 
 class SchemaError(RuntimeError):

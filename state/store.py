@@ -24,9 +24,10 @@ from state.server_processes_table import ServerProcessesTable
 from state.settings_table import SettingsTable
 from state.shard_audit import ShardAudit
 from state.shards_table import ShardsTable
+from state.waste_table import WasteTable
 
 
 class Store(PromptsTable, ShardsTable, EventsTable, SettingsTable, ServerProcessesTable,
-            PromptRework, ShardAudit):
+            PromptRework, ShardAudit, WasteTable):
     """Every query of the daemon, one table family per base class, over one connection
     (state/connection.py): `store.claim(...)`, `AsyncStore.call(Store.claim, ...)`."""

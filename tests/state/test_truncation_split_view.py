@@ -46,7 +46,7 @@ def test_rows_recorded_before_the_split_are_split_too(tmp_path):
                     "content, reasoning_content, completion_tokens) "
                     "VALUES (?, '[]', 'done', 'length', 100, ?, ?, 100)",
                     (pid, content, reasoning))
-    assert migrate(con) == [5] and SCHEMA_VERSION == 5
+    assert migrate(con, target=5) == [5] and SCHEMA_VERSION >= 5
     con.close()
     # "c" wrote nothing at all: not a cut inside any thinking. (looping: unknown, NULL,
     # for rows from before loops were checked.)
