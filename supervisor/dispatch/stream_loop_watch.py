@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Callable
 
 PARTS = ("reasoning", "content")
 CHECK_CHARS = 1024           # a part's tail is checked every this many new characters
@@ -130,36 +129,46 @@ def numbers_are_counters(numbers: list[int], per_period: int) -> bool:
 
 @dataclass
 class _Part:
-    """One part's bounded state: its tails and what arrived since the last check."""
+    """One part's bounded state: its tails and the raw text since the last check (folded
+    at the check, a block at a time, so a chunk costs an append)."""
     name: str
     tail: str = ""                   # folded
     raw: str = ""
     pending: list[str] = field(default_factory=list)
-    raw_pending: list[str] = field(default_factory=list)
     since: int = 0                   # raw characters since the last check
     chars: int = 0                   # raw characters read in all
     folder: NumberFolder = field(default_factory=NumberFolder)
 
-    def read(self, text: str, tokens_at: Callable[[int], int]) -> LoopVerdict | None:
+    def read(self, text: str, tokens: int | None, chars_before: int) -> LoopVerdict | None:
+        """`tokens`: the caller's count for this chunk; else estimated from `chars_before`,
+        the characters of both parts read before this text."""
+        n = len(text)
+        if self.since + n < CHECK_CHARS:             # the common case: no check due
+            self.pending.append(text)
+            self.since += n
+            self.chars += n
+            return None
+        start = self.chars
         while text:
             take = CHECK_CHARS - self.since
             piece, text = text[:take], text[take:]
-            self.pending.append(self.folder.fold(piece))
-            self.raw_pending.append(piece)
+            self.pending.append(piece)
             self.since += len(piece)
             self.chars += len(piece)
             if self.since >= CHECK_CHARS:
                 self.since = 0
-                verdict = self._check(tokens_at(self.chars))
+                at = tokens if tokens is not None else \
+                    (chars_before + self.chars - start) // CHARS_PER_TOKEN
+                verdict = self._check(at)
                 if verdict is not None:
                     return verdict
         return None
 
     def _check(self, tokens: int) -> LoopVerdict | None:
-        self.tail = (self.tail + "".join(self.pending))[-TAIL_CHARS:]
-        self.raw = (self.raw + "".join(self.raw_pending))[-TAIL_CHARS:]
+        block = "".join(self.pending)
         self.pending.clear()
-        self.raw_pending.clear()
+        self.tail = (self.tail + self.folder.fold(block))[-TAIL_CHARS:]
+        self.raw = (self.raw + block)[-TAIL_CHARS:]
         tail = self.tail
         d = find_period(tail)
         if not d or not mostly_letters(tail[-max(d, PROBE_CHARS):]):
@@ -180,7 +189,7 @@ class _Part:
 
     def kept_chars(self) -> int:
         return (len(self.tail) + len(self.raw) + sum(len(p) for p in self.pending)
-                + sum(len(p) for p in self.raw_pending) + len(self.folder.held))
+                + len(self.folder.held))
 
 
 class StreamLoopWatch:
@@ -215,16 +224,8 @@ class StreamLoopWatch:
                 continue
             if not isinstance(text, str):
                 raise TypeError(f"{name} delta must be a string, got {type(text).__name__}")
-            part = self._parts[name]
-            before = part.chars
-
-            def tokens_at(part_chars: int, _before: int = before) -> int:
-                if generated_tokens is not None:
-                    return generated_tokens
-                return (self._chars + part_chars - _before) // CHARS_PER_TOKEN
-
-            verdict = part.read(text, tokens_at)
-            self._chars += part.chars - before
+            verdict = self._parts[name].read(text, generated_tokens, self._chars)
+            self._chars += len(text)
             if verdict is not None:
                 self.verdict = verdict
                 break
@@ -238,5 +239,6 @@ class StreamLoopWatch:
         return self.verdict
 
     def kept_chars(self) -> int:
-        """Characters held, both parts together: at most about 4 (TAIL_CHARS + CHECK_CHARS)."""
+        """Characters held, both parts together: at most
+        2 (2 TAIL_CHARS + CHECK_CHARS + MAX_HELD_DIGITS + 1)."""
         return sum(p.kept_chars() for p in self._parts.values())

@@ -8,12 +8,16 @@ import json
 import random
 from pathlib import Path
 
+import httpx
 import pytest
 
 from supervisor.dispatch.stream_loop_watch import (
-    CHECK_CHARS, NUMBER, TAIL_CHARS, LoopVerdict, NumberFolder, StreamLoopWatch)
+    CHECK_CHARS, MAX_HELD_DIGITS, NUMBER, TAIL_CHARS, LoopVerdict, NumberFolder,
+    StreamLoopWatch)
 from supervisor.sim.filler_text import filler
-from supervisor.sim.looping_text import LoopPlan, list_text, looping_text
+from supervisor.sim.looping_text import (LoopPlan, list_text, loop_plan, looping_text,
+                                         prompt_words)
+from supervisor.sim.output_plan import natural_length, prompt_digest
 from tests.fixtures.real_prompts import CHAT_QUESTIONS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -156,7 +160,7 @@ def test_numbers_fold_the_same_whatever_the_pieces():
 def test_the_memory_kept_is_bounded():
     watch = StreamLoopWatch()
     text = filler(32000, 1)
-    bound = 4 * (TAIL_CHARS + CHECK_CHARS)
+    bound = 2 * (2 * TAIL_CHARS + CHECK_CHARS + MAX_HELD_DIGITS + 1)
     for rep in range(6):
         for i in range(0, len(text), 300):
             assert watch.feed(text[i:i + 300], text[i:i + 300]) is None
@@ -182,3 +186,46 @@ def test_bad_input_is_refused_with_a_clear_error():
         watch.feed("a", None, generated_tokens=-1)
     with pytest.raises(TypeError, match="content delta must be a string"):
         watch.feed(None, 3)  # type: ignore[arg-type]
+
+
+def _stream_sim(base_url: str, messages: list[dict], thinking: bool,
+                max_tokens: int) -> tuple[LoopVerdict | None, int]:
+    """A real simulated server's stream through a watcher; on a verdict the stream is
+    closed, as an abort would end it. Returns (verdict, words read)."""
+    body = {"model": "m", "messages": messages, "max_tokens": max_tokens, "stream": True,
+            "separate_reasoning": True, "chat_template_kwargs": {"enable_thinking": thinking}}
+    watch, words = StreamLoopWatch(), 0
+    with httpx.Client(base_url=base_url, trust_env=False, timeout=60) as client:
+        with client.stream("POST", "/v1/chat/completions", json=body) as r:
+            assert r.status_code == 200
+            for line in r.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                choices = json.loads(line[6:])["choices"]
+                delta = choices[0]["delta"] if choices else {}
+                reasoning, content = delta.get("reasoning_content"), delta.get("content")
+                words += len((reasoning or "").split()) + len((content or "").split())
+                verdict = watch.feed(reasoning, content, generated_tokens=words)
+                if verdict is not None:
+                    return verdict, words
+    return None, words
+
+
+def test_the_simulators_streamed_loops_are_confirmed_and_its_other_answers_are_not(sim_server):
+    sim = sim_server("--sim-instant", "--sim-loop-share", "1", "--reasoning-parser", "qwen3",
+                     "--context-length", "40960")
+    rows = [[{"role": "user", "content": turn}] for turn in _real_prompt_texts()]
+    looping, plain = [], []
+    for messages in rows:
+        digest = prompt_digest(messages, 0)
+        plan = loop_plan(digest, natural_length(digest), 1.0, len(prompt_words(messages)))
+        (looping if plan is not None else plain).append((messages, plan))
+    assert len(looping) >= 4 and len(plain) >= 2
+    for k, (messages, plan) in enumerate(looping[:4]):
+        thinking = k % 2 == 0
+        verdict, words = _stream_sim(sim.base_url, messages, thinking, 32768)
+        assert verdict is not None and verdict.part == ("reasoning" if thinking else "content")
+        # Confirmed after the loop began and long before the 32,768-token budget ran out.
+        assert plan.onset < verdict.tokens == words < 32768 // 3
+    for messages, _ in plain[:2]:
+        assert _stream_sim(sim.base_url, messages, True, 32768)[0] is None
