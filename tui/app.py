@@ -1,10 +1,10 @@
 """`dflash-tui [--socket PATH] [--readonly]`: the operator's live view of a running daemon
 (`--socket` once per node: the fleet screen of a many-node job, `tui/fleet_app.py`).
 
-`make_app(daemon)` builds the app around any client with the `Daemon` operations (the real
-control-socket client in use, a fake with fixed data in tests). The app owns the feed from
-the daemon and hands the data down to the main screen; it never touches the daemon's state
-DB, GPUs or object store.
+`make_app(daemon)` builds the app around any client with the `DaemonClient` operations
+(tui/client_protocol.py: the real control-socket client in use, a fake with fixed data in
+tests). The app owns the feed from the daemon and hands the data down to the main screen; it
+never touches the daemon's state DB, GPUs or object store.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from textual.reactive import reactive
 
 from supervisor.client.control_client import default_socket_path
 from supervisor.contract.status import Event, Status
-from tui.daemon import Daemon, connect
+from tui.client_protocol import DaemonClient, connect
 from tui.event_log import EventLog
 from tui.link_state import LinkState
 from tui.screens.main_screen import MainScreen
@@ -34,7 +34,7 @@ class DflashTui(App[None]):
     link: reactive[LinkState] = reactive(LinkState.connecting)
     events: reactive[tuple[Event, ...]] = reactive(())
 
-    def __init__(self, daemon: Daemon, *, readonly: bool = False,
+    def __init__(self, daemon: DaemonClient, *, readonly: bool = False,
                  timing: FeedTiming = FeedTiming()) -> None:
         super().__init__()
         self.daemon = daemon
@@ -70,7 +70,7 @@ class DflashTui(App[None]):
             self.events = self._events.ordered()
 
 
-def make_app(daemon: Daemon, *, readonly: bool = False,
+def make_app(daemon: DaemonClient, *, readonly: bool = False,
              timing: FeedTiming = FeedTiming()) -> DflashTui:
     return DflashTui(daemon, readonly=readonly, timing=timing)
 

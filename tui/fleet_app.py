@@ -15,7 +15,7 @@ from textual.reactive import reactive
 
 from supervisor.contract.status import Event, Status
 from supervisor.client.fleet_totals import NodeRow
-from tui.daemon import Daemon
+from tui.client_protocol import DaemonClient
 from tui.event_log import EventLog
 from tui.link_state import LinkState
 from tui.screens.fleet_screen import FleetScreen
@@ -25,7 +25,7 @@ from tui.status_feed import FeedTiming, follow
 
 @dataclass
 class NodeFeed:
-    daemon: Daemon
+    daemon: DaemonClient
     status: Status | None = None
     link: LinkState = field(default_factory=LinkState.connecting)
     events: EventLog = field(default_factory=EventLog)
@@ -50,7 +50,7 @@ class FleetTui(App[None]):
     link: reactive[LinkState] = reactive(LinkState.connecting)
     events: reactive[tuple[Event, ...]] = reactive(())
 
-    def __init__(self, daemons: list[Daemon], *, readonly: bool = False,
+    def __init__(self, daemons: list[DaemonClient], *, readonly: bool = False,
                  timing: FeedTiming = FeedTiming()) -> None:
         super().__init__()
         self.readonly = readonly
@@ -113,6 +113,6 @@ class FleetTui(App[None]):
             self.pop_screen()
 
 
-def make_fleet_app(daemons: list[Daemon], *, readonly: bool = False,
+def make_fleet_app(daemons: list[DaemonClient], *, readonly: bool = False,
                    timing: FeedTiming = FeedTiming()) -> FleetTui:
     return FleetTui(daemons, readonly=readonly, timing=timing)

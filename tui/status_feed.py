@@ -14,7 +14,8 @@ from typing import Callable
 import anyio
 
 from supervisor.contract.status import Event, Gap, Status
-from tui.daemon import ControlError, ControlRefused, ControlUnreachable, Daemon
+from supervisor.client.control_client import ControlError, ControlRefused, ControlUnreachable
+from tui.client_protocol import DaemonClient
 from tui.link_state import LinkState
 
 
@@ -27,7 +28,7 @@ class FeedTiming:
     poll_interval_s: float = 1.0
 
 
-async def follow(daemon: Daemon, *, on_status: Callable[[Status], None],
+async def follow(daemon: DaemonClient, *, on_status: Callable[[Status], None],
                  on_event: Callable[[Event], None], on_link: Callable[[LinkState], None],
                  timing: FeedTiming = FeedTiming(),
                  clock: Callable[[], float] = time.monotonic) -> None:

@@ -13,7 +13,7 @@ from supervisor.contract.status import FlagValue, PauseReason, ServerState, Stat
 from supervisor.contract.actions import (FlagChange, LogTail, MaxTokensResult, PauseResult,
                                          RequeueResult, ResetResult, RestartResult, ResumeResult,
                                          RetuneResult)
-from tui.daemon import ControlRefused, ControlUnreachable
+from supervisor.client.control_client import ControlRefused, ControlUnreachable
 
 
 @dataclass

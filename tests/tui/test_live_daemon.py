@@ -16,7 +16,7 @@ from textual.widgets import Checkbox, Input
 from supervisor.contract.status import ServerState, Status
 from tests.control import daemon
 from tui.app import DflashTui, make_app
-from tui.daemon import connect
+from tui.client_protocol import connect
 from tui.screens.main_screen import MainScreen
 from tui.status_feed import FeedTiming
 from tui.widgets.activity.event_list import EventList

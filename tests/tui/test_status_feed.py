@@ -12,7 +12,7 @@ import pytest
 from supervisor.contract.status import Event, Gap, Status, StreamItem
 from tests.tui import contract_data as data
 from tests.tui.fake_daemon import FakeDaemon
-from tui.daemon import ControlRefused, ControlUnreachable
+from supervisor.client.control_client import ControlRefused, ControlUnreachable
 from tui.link_state import LinkState
 from tui.status_feed import FeedTiming, follow
 

@@ -20,7 +20,8 @@ from textual.widgets import Footer
 from supervisor.contract.status import Event, ServerState, Status
 from tui import answer_text
 from tui.alerts import Alert, alerts
-from tui.daemon import ControlError, ControlRefused, Daemon
+from supervisor.client.control_client import ControlError, ControlRefused
+from tui.client_protocol import DaemonClient
 from tui.dialogs.confirm_dialog import ConfirmDialog
 from tui.dialogs.max_tokens_dialog import MaxTokensChoice, MaxTokensDialog
 from tui.dialogs.pause_dialog import PauseDialog
@@ -66,7 +67,7 @@ class MainScreen(Screen[None]):
     events: reactive[tuple[Event, ...]] = reactive(())
     alerts: reactive[tuple[Alert, ...]] = reactive(())
 
-    def __init__(self, daemon: Daemon, readonly: bool = False) -> None:
+    def __init__(self, daemon: DaemonClient, readonly: bool = False) -> None:
         super().__init__()
         self.daemon = daemon
         self.readonly = readonly

@@ -10,7 +10,8 @@ from textual.binding import Binding
 from textual.screen import Screen
 from textual.widgets import Footer, Log, Static
 
-from tui.daemon import ControlError, Daemon
+from supervisor.client.control_client import ControlError
+from tui.client_protocol import DaemonClient
 
 LINES = 1000
 REFRESH_S = 2.0
@@ -22,7 +23,7 @@ class ServerLogScreen(Screen[None]):
         Binding("end,G", "follow", "Follow"),
     ]
 
-    def __init__(self, daemon: Daemon, server: str) -> None:
+    def __init__(self, daemon: DaemonClient, server: str) -> None:
         super().__init__()
         self.daemon = daemon
         self.server = server

@@ -1,4 +1,4 @@
-"""What dflash-tui needs from the daemon: the control client's async operations, as a Protocol.
+"""What dflash-tui needs of the control client: its async operations, as a Protocol.
 
 The app is built by `make_app(daemon)`: in use `daemon` is the real `AsyncControlClient`
 over the Unix socket; tests hand it a fake with fixed contract data. Nothing here or in the
@@ -9,18 +9,12 @@ from __future__ import annotations
 
 from typing import AsyncIterator, Protocol
 
-from supervisor.client.control_client import (AsyncControlClient, ControlError,
-                                       ControlProtocolError, ControlRefused,
-                                       ControlUnreachable)
+from supervisor.client.control_client import AsyncControlClient
 from supervisor.contract.status import FlagValue, Status, StreamItem
 from supervisor.contract.actions import (LogTail, MaxTokensResult, PauseResult, RequeueResult,
                                          ResetResult, RestartResult, ResumeResult, RetuneResult)
 
-__all__ = ["Daemon", "connect", "ControlError", "ControlProtocolError", "ControlRefused",
-           "ControlUnreachable"]
-
-
-class Daemon(Protocol):
+class DaemonClient(Protocol):
     """The daemon's control socket as the TUI uses it. Every call may raise ControlError:
     ControlUnreachable (no daemon), ControlRefused (the daemon said no, with its reason)
     or ControlProtocolError (an answer that does not fit the contract)."""
@@ -53,6 +47,6 @@ class Daemon(Protocol):
     async def aclose(self) -> None: ...
 
 
-def connect(socket: str | None) -> Daemon:
+def connect(socket: str | None) -> DaemonClient:
     """The real client; it connects lazily, so a daemon that is not up yet is not an error."""
     return AsyncControlClient(socket)
