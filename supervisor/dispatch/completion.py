@@ -56,6 +56,9 @@ class Retryable:
     circuit breaker ("HTTP 400", "HTTP 503", "timeout", ...)."""
     error: str
     kind: str = "error"
+    # Completion tokens the server had generated and we throw away with this answer, where
+    # it said (an abort's usage): the waste ledger's `retry` (state/waste_table.py).
+    tokens: int = 0
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,8 @@ def classify_answer(data: Any, text: str) -> Answer:
     except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
         return _nonsense(exc, text)
     if finish == "abort":
-        return Retryable("request aborted by the server (finish_reason abort)", "abort")
+        return Retryable("request aborted by the server (finish_reason abort)", "abort",
+                         completion.completion_tokens)
     if finish not in _DONE_REASONS:
         return Retryable(f"server answered finish_reason {finish!r}", "finish_reason")
     return completion

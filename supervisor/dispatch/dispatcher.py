@@ -25,8 +25,10 @@ import httpx
 from state.records import ClaimedPrompt, Outcome, Requeue, Retry
 from state.settings_keys import Setting
 from state.store import Store
+from state.waste_table import Wasted
 from supervisor.config import JobConfig
 from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.waste_causes import WasteCause
 from supervisor.dispatch.bad_output_pause import BadOutputPause
 from supervisor.dispatch.completion import (Answer, Completion, Retryable, classify_response,
                                             request_body)
@@ -67,6 +69,15 @@ def request_id(prompt: ClaimedPrompt) -> str:
     whose id *starts with* the one named (`sglang/srt/managers/scheduler.py` abort_request),
     so no id may be a prefix of another: the fixed-length random tail sees to that."""
     return f"{prompt.id}#{prompt.attempts + 1}#{secrets.token_hex(6)}"
+
+
+def _with_waste(outcome: Outcome, answer: Answer, server: str,
+                at: float) -> list[Outcome | Wasted]:
+    """The outcome, after the waste ledger's row for tokens its answer threw away (an abort
+    that said how many it had generated), so both land in one transaction."""
+    if isinstance(answer, Retryable) and answer.tokens > 0:
+        return [Wasted(WasteCause.RETRY, answer.tokens, at, outcome.id, server), outcome]
+    return [outcome]
 
 
 class Dispatcher:
@@ -435,7 +446,7 @@ class Dispatcher:
         # No await between leaving `claimed` and submitting: a cancellation can never see
         # a prompt that is in neither place.
         del serving.claimed[prompt.id]
-        self._recorder.submit([outcome])
+        self._recorder.submit(_with_waste(outcome, answer, endpoint.name, finished))
         p.completed += 1
         p.last_completion_at = time.monotonic()
 
