@@ -137,6 +137,15 @@ class DispatchSection:
     # A streamed request with no new token for this long is aborted and retried (an
     # attempt counted); several on one server mark it hung (dispatch/stall_watch.py).
     stall_s: float = 120.0
+    # The saturation guard (servers/saturation_guard.py): when SGLang's /metrics show a
+    # server queueing or retracting what we send, or its throughput collapsing, its
+    # in-flight limit is lowered live (never below saturation_floor), and raised back one
+    # step per saturation_calm_s without a sign. Needs SGLang's --enable-metrics.
+    saturation_guard: bool = True
+    saturation_floor: int = 4
+    saturation_calm_s: float = 60.0
+    # Throughput under this share of its recent peak, as busy as then, is a collapse (0: off).
+    saturation_collapse_ratio: float = 0.5
 
 
 @dataclass(frozen=True)
@@ -375,6 +384,11 @@ def _validate(cfg: JobConfig) -> None:
                           f"got {d.breaker_error_rate}")
     positive("dispatch.breaker_window", d.breaker_window)
     positive("dispatch.stall_s", d.stall_s)
+    positive("dispatch.saturation_floor", d.saturation_floor)
+    positive("dispatch.saturation_calm_s", d.saturation_calm_s)
+    if not 0 <= d.saturation_collapse_ratio < 1:
+        raise ConfigError(f"dispatch.saturation_collapse_ratio: must be within [0, 1) (0 = off), "
+                          f"got {d.saturation_collapse_ratio}")
     if not 0 < d.breaker_min_samples <= d.breaker_window:
         raise ConfigError(f"dispatch.breaker_min_samples: must be within 1..dispatch."
                           f"breaker_window ({d.breaker_window}), got {d.breaker_min_samples}")
