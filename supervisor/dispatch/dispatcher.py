@@ -43,6 +43,7 @@ from supervisor.dispatch.progress import (DispatchSnapshot, InFlightRequest, Ser
 from supervisor.dispatch.quality import QualityGate
 from supervisor.dispatch.recorder import Recorder
 from supervisor.dispatch.stall_watch import StallWindow
+from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_loop_watch import StreamLoopWatch
 from supervisor.dispatch.stream_request import Streamed, stream_chat
 from supervisor.servers.endpoint import Endpoint
@@ -60,6 +61,9 @@ BREAKER = "breaker"        # the pause key of the circuit breaker (error_breaker
 class _Serving:
     endpoint: Endpoint
     claimed: dict[str, ClaimedPrompt] = field(default_factory=dict)  # not yet resolved
+    # Requests cut off with the server's life (cancelled): completion tokens they had
+    # streamed, and whether that count is the server's (not a guess), for the waste ledger.
+    cut: dict[str, tuple[int, bool]] = field(default_factory=dict)
     wake: anyio.Event = field(default_factory=anyio.Event)
 
 
@@ -319,12 +323,20 @@ class Dispatcher:
                 # Workers end once their request is done and the feeder has closed the buffer.
         finally:
             del self._serving[key]
-            leftover = [Requeue(pid) for pid in serving.claimed]
+            leftover: list[Outcome | Wasted] = [Requeue(pid) for pid in serving.claimed]
+            # What the cut-off requests had generated is lost: to a graceful stop or a
+            # drain that ran out of time, or to the server failing under them.
+            cause = WasteCause.STOP if self._stopping or draining.is_set() else WasteCause.CRASH
+            leftover += [Wasted(cause, tokens, self.clock(), pid, endpoint.name,
+                                estimated=not counted)
+                         for pid, (tokens, counted) in serving.cut.items()
+                         if tokens > 0 and pid in serving.claimed]
             if leftover:
                 with anyio.CancelScope(shield=True):
                     await self.flush()
                     await self.astore.call(Store.record, leftover)
-                log.info("%s: %d claimed prompts back to pending", endpoint.name, len(leftover))
+                log.info("%s: %d claimed prompts back to pending", endpoint.name,
+                         len(serving.claimed))
                 self.poke()
 
     async def _wake_on(self, draining: anyio.Event, serving: _Serving) -> None:
@@ -413,12 +425,13 @@ class Dispatcher:
                                                     max_tokens)
         gone: str | None = None
         streamed: Streamed | None = None
+        sa = StreamAnswer()          # what has streamed in, read if the request is cut off
         try:
             assert self._client is not None
             if rid is not None:
                 streamed = await stream_chat(self._client, endpoint.base_url, body, rid,
                                              stall_s=d.stall_s, timeout_s=timeout,
-                                             watch=StreamLoopWatch())
+                                             watch=StreamLoopWatch(), sa=sa)
                 answer, gone = streamed.answer, streamed.gone
             else:
                 resp = await self._client.post(
@@ -431,11 +444,18 @@ class Dispatcher:
         except httpx.TransportError as exc:
             answer = None
             gone = f"{type(exc).__name__}: {exc}"
+        except anyio.get_cancelled_exc_class():
+            serving.cut[prompt.id] = (sa.tokens, sa.counted)
+            raise
         finally:
             p.in_flight -= 1
             self._requests.pop(prompt.id, None)
         if gone is not None:
-            await anyio.sleep(self.gone_grace_s)   # cancelled here if the server really went away
+            try:
+                await anyio.sleep(self.gone_grace_s)   # cancelled if the server really went away
+            except anyio.get_cancelled_exc_class():
+                serving.cut[prompt.id] = (sa.tokens, sa.counted)
+                raise
             answer = Retryable(f"connection to {endpoint.name} failed: {gone}", "connection")
         assert answer is not None
         finished = self.clock()
@@ -445,8 +465,16 @@ class Dispatcher:
                                 aborted_loop=streamed is not None and streamed.loop is not None)
         # No await between leaving `claimed` and submitting: a cancellation can never see
         # a prompt that is in neither place.
+        waste: list[Outcome | Wasted] = []
+        if isinstance(answer, Retryable) and not answer.tokens and sa.tokens:
+            # Tokens streamed before a stall, an error chunk, a timeout or a lost connection
+            # (an abort's own usage is answer.tokens, recorded by _with_waste).
+            cause = WasteCause.STALL if streamed is not None and streamed.stalled \
+                else WasteCause.RETRY
+            waste.append(Wasted(cause, sa.tokens, finished, prompt.id, endpoint.name,
+                                estimated=not sa.counted))
         del serving.claimed[prompt.id]
-        self._recorder.submit(_with_waste(outcome, answer, endpoint.name, finished))
+        self._recorder.submit(waste + _with_waste(outcome, answer, endpoint.name, finished))
         p.completed += 1
         p.last_completion_at = time.monotonic()
 

@@ -59,6 +59,11 @@ class StreamAnswer:
             return self.running_tokens
         return self.text_chunks
 
+    @property
+    def counted(self) -> bool:
+        """`tokens` is the server's own count, not the number of chunks."""
+        return self.usage is not None or self.running_tokens is not None
+
     def feed(self, line: str) -> tuple[str | None, str | None] | None:
         """One line of the event stream. Returns (reasoning, content) when the chunk carried
         generated text (a token arrived), else None."""

@@ -9,6 +9,7 @@ import anyio
 import httpx
 
 from state.store import Store
+from supervisor.contract.waste_causes import WasteCause as W
 from supervisor.servers.endpoint import Endpoint
 from tests.fixtures.dispatching import (db_rows, dispatching, job_config, open_store, serve_until,
                                         wait_until)
@@ -77,6 +78,7 @@ async def test_a_stalled_request_is_aborted_retried_and_then_answered(tmp_path, 
                 draining.set()
             stalls = d.snapshot().streamed.stalls
             await d.flush()
+            ledger = await astore.call(Store.token_ledger)
     finally:
         store.close()
     events = [json.loads(detail) for (detail,) in db_rows(
@@ -92,6 +94,8 @@ async def test_a_stalled_request_is_aborted_retried_and_then_answered(tmp_path, 
         [("done", len(rows))]
     stalled = {e["prompt"] for e in events}
     assert all(attempts[p] >= 2 for p in stalled)
+    # What the stalled attempts had generated is in the waste ledger as stall waste.
+    assert ledger.tokens_for(W.STALL) == sum(e["tokens"] for e in events)
     state = json.loads(httpx.get(sim.base_url + "/sim/state", timeout=5).text)
     assert state["running"] == 0                     # nothing left held on the server
 
@@ -141,6 +145,7 @@ async def test_a_looping_answer_is_aborted_early_and_flagged(tmp_path, sim_serve
             figures = d.snapshot().streamed
             looped = d.quality.snapshot().loop_total
             await d.flush()
+            ledger = await astore.call(Store.token_ledger)
     finally:
         store.close()
     loops = db_rows(tmp_path, "select id, finish_reason, completion_tokens, attempts from "
@@ -151,8 +156,42 @@ async def test_a_looping_answer_is_aborted_early_and_flagged(tmp_path, sim_serve
         assert 0 < tokens < max_tokens // 2, (pid, tokens)     # cut well before the limit
     assert figures.loops_aborted == len(loops) == looped
     assert figures.loop_tokens_saved == sum(max_tokens - t for _, _, t, _ in loops)
+    # The looping answers' tokens are the ledger's loop waste (counted by the store).
+    assert ledger.tokens_for(W.LOOP) == sum(t for _, _, t, _ in loops)
     events = db_rows(tmp_path, "select subject, detail from events where kind='loop_aborted'")
     assert sorted(json.loads(d)["prompt"] for _, d in events) == sorted(p for p, *_ in loops)
     # Answers that did not loop ran to their end.
     others = db_rows(tmp_path, "select finish_reason from prompts where loop = 0")
     assert all(f in ("stop", "length") for (f,) in others)
+
+
+async def test_requests_cut_off_with_their_server_are_stop_or_crash_waste(tmp_path, sim_server):
+    # Slow decoding (a request takes ~2 s): serve() is cancelled while every slot streams,
+    # as the fleet does when the server fails, or a graceful stop's grace runs out.
+    sim = sim_server("--max-running-requests", "4", "--reasoning-parser", "qwen3",
+                     "--sim-tokens-per-s", "200", "--sim-time-scale", "1")
+    for stopping, cause in ((False, W.CRASH), (True, W.STOP)):
+        where = tmp_path / cause.value
+        where.mkdir()
+        rows = _rows(4)
+        store = open_store(where, rows)
+        cfg = job_config(where, generation={"max_tokens": 400})
+        try:
+            async with dispatching(store, cfg) as (d, astore):
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(d.serve, Endpoint("gpu0", sim.base_url, 4), anyio.Event())
+                    await wait_until(lambda: d.progress("gpu0").in_flight == 4, 30, "busy")
+                    await anyio.sleep(0.5)                 # tokens streaming in
+                    if stopping:
+                        d.stop_claiming()
+                    tg.cancel_scope.cancel()
+                await d.flush()
+                ledger = await astore.call(Store.token_ledger)
+                counts = await astore.call(Store.counts)
+        finally:
+            store.close()
+        assert counts.pending == len(rows) and counts.done == 0
+        assert db_rows(where, "select max(attempts) from prompts") == [(0,)]
+        wasted = db_rows(where, "select cause, count(*), min(tokens) from waste group by cause")
+        assert [(c, n) for c, n, _ in wasted] == [(cause.value, len(rows))], wasted
+        assert wasted[0][2] > 0 and ledger.tokens_for(cause) > 0
