@@ -33,6 +33,7 @@ from supervisor.dispatch.bad_output_pause import BadOutputPause
 from supervisor.dispatch.completion import (Answer, Completion, Retryable, classify_response,
                                             request_body)
 from supervisor.dispatch.error_breaker import ErrorBreaker
+from supervisor.dispatch.inflight_limit import InFlightLimit
 from supervisor.dispatch.length_eta import LengthEta
 from supervisor.dispatch.loop_detector import is_loop
 from supervisor.dispatch.metrics import CompletionRateWindow
@@ -65,6 +66,7 @@ class _Serving:
     # streamed, and whether that count is the server's (not a guess), for the waste ledger.
     cut: dict[str, tuple[int, bool]] = field(default_factory=dict)
     wake: anyio.Event = field(default_factory=anyio.Event)
+    limit: InFlightLimit | None = None     # the saturation guard may lower it live
 
 
 def request_id(prompt: ClaimedPrompt) -> str:
@@ -204,6 +206,11 @@ class Dispatcher:
     def stopping(self) -> bool:
         return self._stopping
 
+    def inflight_limit(self, server: str) -> InFlightLimit | None:
+        """The live in-flight limit of `server`'s READY life (None when not serving it)."""
+        return next((s.limit for s in self._serving.values()
+                     if s.endpoint.name == server), None)
+
     def in_flight_requests(self) -> list[InFlightRequest]:
         return list(self._requests.values())
 
@@ -303,7 +310,7 @@ class Dispatcher:
     # -- serving one endpoint ----------------------------------------------------------------
 
     async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None:
-        serving = _Serving(endpoint)
+        serving = _Serving(endpoint, limit=InFlightLimit(endpoint.max_running))
         # A new life of the server: its stalls so far were its last life's.
         self.progress(endpoint.name).hung = None
         self._stalls.reset(endpoint.name)
@@ -392,19 +399,23 @@ class Dispatcher:
         async with recv:
             async for prompt in recv:
                 serving.wake.set()     # a buffer slot freed: the feeder may refill
-                if self._stopping or self._paused:
-                    # Buffered but not sent: back to pending, never started during a stop
-                    # or a pause (one the breaker opened would only fail again).
-                    # (Leaving `claimed` and submitting with no await between, as in _one.)
-                    del serving.claimed[prompt.id]
-                    self._recorder.submit([Requeue(prompt.id)])
-                    continue
-                try:
-                    await self._one(serving, prompt)
-                finally:
-                    # Cancelled with its server, or ended without an answer: no length
-                    # learnt (an answer has already left the estimator's running set).
-                    self.eta.dropped(prompt.id)
+                assert serving.limit is not None
+                # Beyond a lowered limit, wait here (the prompt stays claimed) until a
+                # request in flight ends; then the checks below still apply.
+                async with serving.limit.slot():
+                    if self._stopping or self._paused:
+                        # Buffered but not sent: back to pending, never started during a
+                        # stop or a pause (one the breaker opened would only fail again).
+                        # (Leaving `claimed` and submitting with no await between, as in _one.)
+                        del serving.claimed[prompt.id]
+                        self._recorder.submit([Requeue(prompt.id)])
+                        continue
+                    try:
+                        await self._one(serving, prompt)
+                    finally:
+                        # Cancelled with its server, or ended without an answer: no length
+                        # learnt (an answer has already left the estimator's running set).
+                        self.eta.dropped(prompt.id)
 
     async def _one(self, serving: _Serving, prompt: ClaimedPrompt) -> None:
         endpoint = serving.endpoint
