@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,17 +10,8 @@ from state.store import Store
 from supervisor.config import Partition
 from supervisor.prompt_import import import_file, main, parse_prompt, partition_of
 
+from tests.fixtures.prompt_lines import write
 from tests.fixtures.real_prompts import CHAT_QUESTIONS
-
-
-def write(path: Path, lines: list) -> Path:
-    with open(path, "wb") as f:
-        for line in lines:
-            f.write(line if isinstance(line, bytes) else
-                    (json.dumps(line, ensure_ascii=False) if not isinstance(line, str) else line)
-                    .encode("utf-8"))
-            f.write(b"\n")
-    return path
 
 
 @pytest.fixture

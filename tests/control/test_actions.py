@@ -15,7 +15,7 @@ import pytest
 from supervisor.contract.actions import ResetResult
 from supervisor.contract import status as c
 from supervisor.client.control_client import ControlRefused
-from tests.control import daemon
+from tests.fixtures import control_daemon as daemon
 
 pytestmark = pytest.mark.slow
 

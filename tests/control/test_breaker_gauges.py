@@ -11,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from supervisor.client.text import progress_line, report, truncation
 from supervisor.contract import status as c
 from supervisor.control.metrics import RestartCauses, render
-from tests.control import samples
+from tests.fixtures import status_samples as samples
 
 LORA = ("HTTP 400: LoRA adapter 'v2' was requested, but LoRA is not enabled. Please launch "
         "the server with --enable-lora flag and preload adapters using --lora-paths or "

@@ -14,7 +14,7 @@ import pytest
 
 from supervisor.contract.actions import RequeueResult
 from supervisor.contract import status as c
-from tests.control import daemon
+from tests.fixtures import control_daemon as daemon
 
 pytestmark = pytest.mark.slow
 

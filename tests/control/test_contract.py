@@ -17,7 +17,7 @@ from supervisor.contract.actions import (ErrorBody, FlagChange, FlagSetting, Log
                                          RetuneRequest, RetuneResult)
 from supervisor.contract import status as c
 from supervisor.contract.codec import ContractError
-from tests.control import samples
+from tests.fixtures import status_samples as samples
 
 
 def _records() -> list[type]:

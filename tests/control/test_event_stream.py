@@ -11,7 +11,7 @@ from typing import Iterator
 import pytest
 
 from supervisor.contract import status as c
-from tests.control import daemon
+from tests.fixtures import control_daemon as daemon
 
 pytestmark = pytest.mark.slow
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from supervisor.client.fleet_totals import FleetTotals, NodeRow
-from tests.tui import contract_data as data
-from tests.tui.test_fleet import node
+from tests.fixtures import tui_status_data as data
+from tests.fixtures.tui_pilot import node
 
 
 def test_job_eta_is_the_slowest_node_and_unknown_while_one_is_silent() -> None:

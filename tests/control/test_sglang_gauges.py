@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from supervisor.contract import status as c
 from supervisor.control.metrics import RestartCauses, render
-from tests.control import samples
+from tests.fixtures import status_samples as samples
 
 
 def _samples(status: c.Status) -> dict[str, dict[str, float]]:

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import socket
 import time
-from pathlib import Path
 from typing import Iterator
 
 import pytest
@@ -15,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from supervisor.contract import status as c
 from supervisor.client.control_client import ControlRefused
-from tests.control import daemon
+from tests.fixtures import control_daemon as daemon
 
 pytestmark = pytest.mark.slow
 

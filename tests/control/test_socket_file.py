@@ -18,7 +18,7 @@ from typing import Iterator
 
 import pytest
 
-from tests.control import daemon
+from tests.fixtures import control_daemon as daemon
 from tests.fixtures import REPO
 
 pytestmark = pytest.mark.slow

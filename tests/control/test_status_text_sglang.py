@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from supervisor.client.text import report
-from tests.control.samples import status
+from tests.fixtures.status_samples import status
 
 SOCK = "/run/dflash-supervisor/control.sock"
 

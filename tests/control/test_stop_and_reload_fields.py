@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from supervisor.contract.status import Status
 from supervisor.client.text import report
-from tests.control.samples import status
+from tests.fixtures.status_samples import status
 
 
 def test_stopping_and_last_reload_round_trip_and_print():

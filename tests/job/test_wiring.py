@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.control import daemon
+from tests.fixtures import control_daemon as daemon
 from tests.fixtures.job_toml import write_toml
 
 

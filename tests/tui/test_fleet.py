@@ -4,26 +4,15 @@ a node's own screen (its keys act on that node only) and Escape back."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from textual.widgets import Input
 
-from supervisor.contract.status import Status
-from tests.tui import contract_data as data
-from tests.tui.fake_daemon import FakeDaemon
-from tests.tui.test_keys import until_called
-from tests.tui.test_snapshots import STILL, WIDE, settled
+from tests.fixtures import tui_status_data as data
+from tests.fixtures.fake_daemon_client import FakeDaemon
+from tests.fixtures.tui_pilot import STILL, WIDE, node, settled, until_called
 from tui.fleet_app import make_fleet_app
 from tui.screens.fleet_screen import FleetScreen
 from tui.screens.main_screen import MainScreen
 from tui.widgets.servers.server_table import ServerTable
-
-
-def node(status: Status, part: str, done: int, eta: float) -> Status:
-    total = 300_000
-    return replace(status, partition=part,
-                   job=replace(status.job, total=total, done=done, pending=total - done - 500),
-                   eta=replace(status.eta, seconds=eta))
 
 
 def three_nodes() -> list[FakeDaemon]:

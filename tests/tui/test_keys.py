@@ -9,8 +9,9 @@ import pytest
 from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input
 
-from tests.tui import contract_data as data
-from tests.tui.fake_daemon import FakeDaemon
+from tests.fixtures import tui_status_data as data
+from tests.fixtures.fake_daemon_client import FakeDaemon
+from tests.fixtures.tui_pilot import until_called
 from tui.app import DflashTui, make_app
 from tui.dialogs.confirm_dialog import ConfirmDialog
 from tui.screens.help_screen import HelpScreen
@@ -32,15 +33,6 @@ async def ready(pilot: Pilot) -> None:
         if isinstance(pilot.app.screen, MainScreen) and pilot.app.screen.status is not None:
             return
     raise AssertionError("the first status never reached the main screen")
-
-
-async def until_called(pilot: Pilot, daemon: FakeDaemon, name: str) -> tuple:
-    for _ in range(100):
-        await pilot.pause(0.02)
-        hits = [c for c in daemon.calls if c[0] == name]
-        if hits:
-            return hits[-1]
-    raise AssertionError(f"{name} was never sent; calls: {daemon.calls}")
 
 
 def notices(app: DflashTui) -> list[str]:

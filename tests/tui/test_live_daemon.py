@@ -14,7 +14,7 @@ from textual.pilot import Pilot
 from textual.widgets import Checkbox, Input
 
 from supervisor.contract.status import ServerState, Status
-from tests.control import daemon
+from tests.fixtures import control_daemon as daemon
 from tui.app import DflashTui, make_app
 from tui.client_protocol import connect
 from tui.screens.main_screen import MainScreen

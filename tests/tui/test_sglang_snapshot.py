@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from supervisor.contract.status import ServerStatus, Status
-from tests.tui import contract_data as data
-from tests.tui.test_snapshots import WIDE, app_with, settled
+from tests.fixtures import tui_status_data as data
+from tests.fixtures.tui_pilot import WIDE, app_with, settled
 from tui.event_text import describe
 from tui.widgets.servers.server_table import columns_for, sglang_cell
 

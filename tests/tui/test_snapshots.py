@@ -4,33 +4,8 @@ them (the report the plugin writes) before committing."""
 
 from __future__ import annotations
 
-from textual.pilot import Pilot
-from textual.widgets import Input
-
-from tests.tui import contract_data as data
-from tests.tui.fake_daemon import FakeDaemon
-from tui.app import make_app
-from tui.status_feed import FeedTiming
-
-# A retry far in the future: the disconnected screen does not change while it is drawn.
-STILL = FeedTiming(retry_initial_s=3600.0, retry_max_s=3600.0)
-WIDE, NARROW = (100, 30), (80, 24)
-LOG = tuple(f"[2026-12-03 19:{i:02d}:00] Decode batch. #running-req: 64, #token: 231{i:02d}, "
-            "gen throughput (token/s): 2402.19, #queue-req: 3" for i in range(60))
-
-
-def app_with(status=data.healthy, readonly: bool = False, **fake: object):
-    daemon = FakeDaemon(status() if status else None, log_lines=LOG, **fake)  # type: ignore[arg-type]
-    return make_app(daemon, readonly=readonly, timing=STILL)
-
-
-async def settled(pilot: Pilot) -> None:
-    await pilot.pause()
-    await pilot.wait_for_scheduled_animations()
-    for field in pilot.app.screen.query(Input):
-        field.cursor_blink = False
-    await pilot.pause()
-
+from tests.fixtures import tui_status_data as data
+from tests.fixtures.tui_pilot import NARROW, WIDE, app_with, settled
 
 def test_main_screen_healthy(snap_compare) -> None:
     """Eight READY servers mid-job at 100x30: progress, charts, table, uploads, events."""

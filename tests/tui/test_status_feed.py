@@ -10,8 +10,8 @@ import anyio
 import pytest
 
 from supervisor.contract.status import Event, Gap, Status, StreamItem
-from tests.tui import contract_data as data
-from tests.tui.fake_daemon import FakeDaemon
+from tests.fixtures import tui_status_data as data
+from tests.fixtures.fake_daemon_client import FakeDaemon
 from supervisor.client.control_client import ControlRefused, ControlUnreachable
 from tui.link_state import LinkState
 from tui.status_feed import FeedTiming, follow

@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from supervisor.contract.status import Event, Histogram, ServerState
-from tests.tui import contract_data as data
+from tests.fixtures import tui_status_data as data
 from tui.alerts import Severity, alerts
 from tui.event_text import describe, line, who
 from tui.flag_text import FlagSyntaxError, parse_flags, show_value
