@@ -101,6 +101,21 @@ def sglang_line(srv: c.ServerStatus) -> str:
     return text
 
 
+def limit_text(srv: c.ServerStatus) -> str:
+    """The in-flight limit in force: the max, or the lower limit the saturation guard set,
+    marked with an arrow ("20↓" of a 24-slot server)."""
+    lim = srv.inflight_limit
+    return f"{lim}↓" if lim is not None and lim < srv.max_running else str(srv.max_running)
+
+
+def waste_line(w: c.Waste) -> str:
+    """Goodput and what was thrown away, by cause (causes with nothing left out)."""
+    goodput = "--" if w.goodput is None else f"{100 * w.goodput:.1f}%"
+    causes = ", ".join(f"{x.cause} {si(x.tokens)}" for x in w.causes if x.tokens)
+    return (f"goodput {goodput}: {si(w.kept_tokens)} tokens kept, {si(w.wasted_tokens)} "
+            f"wasted" + (f" ({causes})" if causes else ""))
+
+
 def report(s: c.Status, source: str) -> str:
     j = s.job
     out = [f"live from the daemon (pid {s.daemon_pid}) on {source}, up {duration(s.time - s.started_at)}",
@@ -116,6 +131,8 @@ def report(s: c.Status, source: str) -> str:
         out.append(f"config   {s.last_reload}")
     if s.quality.tripped:
         out.append(f"quality  {s.quality.tripped}")
+    if s.waste is not None:
+        out.append(f"waste    {waste_line(s.waste)}")
     b = s.breaker
     if b is not None and b.samples and b.error_rate:
         kinds = ", ".join(f"{e.kind} {e.count}" for e in b.errors)
@@ -124,13 +141,16 @@ def report(s: c.Status, source: str) -> str:
                    + (f"; latest: {b.last_error[:160]}" if b.last_error else ""))
     out.append("servers  name      state     in-flight  req/s  restarts  uptime   last exit")
     for srv in s.servers:
-        out.append(f"         {srv.name:<9} {srv.state.value:<9} {srv.in_flight:>4}/{srv.max_running:<4} "
+        out.append(f"         {srv.name:<9} {srv.state.value:<9} {srv.in_flight:>4}/{limit_text(srv):<4} "
                    f"{srv.req_per_s:>6.1f}  {srv.restarts:>8}  {duration(srv.uptime_s):>7}  "
                    f"{srv.last_exit_reason or ''}")
         if srv.state in (c.ServerState.FAILED, c.ServerState.BACKOFF):
             out.append(f"           {srv.state_reason}")
         if srv.sglang_metrics:
             out.append(f"           {sglang_line(srv)}")
+        if srv.inflight_limit is not None and srv.inflight_limit < srv.max_running:
+            out.append(f"           in-flight limit {srv.inflight_limit} of {srv.max_running}"
+                       f": {srv.inflight_limit_reason or 'lowered by the saturation guard'}")
     if s.gpus.available:
         for g in s.gpus.gpus:
             mem = (f"{size(g.memory_used_bytes)}/{size(g.memory_total_bytes)}")

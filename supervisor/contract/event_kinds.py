@@ -32,6 +32,7 @@ class EventKind(StrEnum):
     SERVER_STATE = "server_state"                # detail: from, to, reason, exit_kind
     SERVER_RETUNE = "server_retune"
     SERVER_OVERCOMMIT = "server_overcommit"      # SGLang queues or retracts what we send
+    INFLIGHT_LIMIT = "inflight_limit"            # the saturation guard moved a server's limit
     ORPHAN_STOPPED = "orphan_stopped"            # a server an earlier daemon left running
     # shards and uploads
     SHARD_MISMATCH = "shard_mismatch"            # a shard file not what the DB says: rewrite

@@ -233,6 +233,11 @@ class ServerStatus(Record):
     # It queues or retracts what we send: our in-flight limit is more than it can run.
     overcommitted: bool = False
     overcommit_reason: str | None = None
+    # The saturation guard (dispatch.saturation_guard): the in-flight limit in force now,
+    # lowered below max_running while SGLang queues, retracts or its throughput collapses,
+    # and why; None while the server is not serving.
+    inflight_limit: int | None = None
+    inflight_limit_reason: str | None = None
 
 
 @dataclass(frozen=True)
@@ -266,6 +271,29 @@ class Energy(Record):
     kwh_so_far: float | None = None
     kwh_projected: float | None = None      # for the whole job
     source: str = ""                        # "counter", "power x time", or why unavailable
+
+
+# -- the waste ledger -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class WasteCount(Record):
+    cause: str                   # crash, stop, loop, stall, retry, requeue (waste_causes.py)
+    requests: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class Waste(Record):
+    """Generated tokens kept in the output and thrown away, by cause, over the whole job
+    (the state DB's ledger). goodput = kept / (kept + wasted)."""
+    kept_tokens: int = 0
+    wasted_tokens: int = 0
+    goodput: float | None = None     # 0..1; None before any token was generated
+    causes: tuple[WasteCount, ...] = ()   # every cause, zeros included
+
+    @property
+    def generated_tokens(self) -> int:
+        return self.kept_tokens + self.wasted_tokens
 
 
 # -- uploads ----------------------------------------------------------------------------------
@@ -346,6 +374,7 @@ class Status(Record):
                                    # flight, 87 s of grace left"); None while running
     last_reload: str | None = None  # the last config reload's outcome (applied / refused)
     breaker: Breaker | None = None  # None: a daemon from before the breaker
+    waste: Waste | None = None      # None: a daemon from before the waste ledger
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Status:

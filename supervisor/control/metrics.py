@@ -3,7 +3,8 @@ monitoring. prometheus-client writes the exposition format (escaping, HELP/TYPE 
 counter `_total` naming) so we do not hand-format it.
 
 Counters count since this daemon started (Prometheus treats a restart as a counter reset),
-except prompts by outcome, which are the job's totals from the state DB.
+except prompts by outcome and the waste ledger's tokens, which are the job's totals from the
+state DB.
 """
 
 from __future__ import annotations
@@ -87,6 +88,21 @@ class _StatusCollector(Collector):
             errors.add_metric([e.kind], e.count)
         yield errors
 
+    @staticmethod
+    def _waste(w: c.Waste | None) -> Iterator[Metric]:
+        if w is None:
+            return
+        wasted = CounterMetricFamily("dflash_wasted_tokens", "Generated tokens thrown away "
+                                     "over the whole job, by cause", labels=["cause"])
+        for cause in w.causes:
+            wasted.add_metric([cause.cause], cause.tokens)
+        yield wasted
+        yield CounterMetricFamily("dflash_kept_tokens", "Generated tokens kept in the output "
+                                  "over the whole job", value=w.kept_tokens)
+        if w.goodput is not None:
+            yield GaugeMetricFamily("dflash_goodput_ratio", "Kept share of all generated "
+                                    "tokens (kept / (kept + wasted))", value=w.goodput)
+
     def _gauges(self, s: c.Status) -> Iterator[Metric]:
         def gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
             if value is not None:
@@ -117,6 +133,7 @@ class _StatusCollector(Collector):
         yield from gauge("dflash_truncation_answer_ratio", "Share of recent completions cut "
                          "off in the answer", s.quality.answer_truncated_rate)
         yield from self._breaker(s.breaker)
+        yield from self._waste(s.waste)
         if s.energy is not None:
             yield from gauge("dflash_energy_kwh", "Energy the job's GPUs used so far",
                              s.energy.kwh_so_far)
@@ -209,6 +226,18 @@ class _StatusCollector(Collector):
         for srv in s.servers:
             over.add_metric([srv.name], 1 if srv.overcommitted else 0)
         yield over
+        limit = GaugeMetricFamily("dflash_server_inflight_limit", "The in-flight limit in "
+                                  "force (the saturation guard lowers it below the max)",
+                                  labels=["server"])
+        most = GaugeMetricFamily("dflash_server_inflight_max", "The in-flight limit the "
+                                 "server was started with (its max running requests)",
+                                 labels=["server"])
+        for srv in s.servers:
+            most.add_metric([srv.name], srv.max_running)
+            if srv.inflight_limit is not None:
+                limit.add_metric([srv.name], srv.inflight_limit)
+        yield limit
+        yield most
 
 
 def render(s: c.Status, totals: tuple[int, int], causes: RestartCauses,

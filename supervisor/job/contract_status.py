@@ -8,6 +8,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from state.waste_table import TokenLedger
 from supervisor.config import JobConfig
 from supervisor.contract import status as c
 from supervisor.contract.status import flag_value
@@ -46,7 +47,8 @@ def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
         flags=server_flags, argv=tuple(s.argv),
         tokens_per_joule=next((e.tokens_per_joule for e in (energy.servers if energy else ())
                                if e.server == s.name), None),
-        **_sglang(s.sglang))
+        **_sglang(s.sglang), inflight_limit=s.inflight_limit,
+        inflight_limit_reason=s.inflight_limit_reason)
 
 
 def _sglang(v: SglangView) -> dict[str, Any]:
@@ -117,7 +119,8 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                  histogram: tuple[tuple[int, ...], tuple[int, ...], int],
                  flags: FlagSource | None = None,
                  requeueable_truncated: int | None = None,
-                 truncated: int | None = None) -> c.Status:
+                 truncated: int | None = None,
+                 ledger: TokenLedger | None = None) -> c.Status:
     d = js.dispatch
     r, q = d.rates, d.quality
     servers: tuple[ServerSnapshot, ...] = tuple(js.servers)
@@ -154,7 +157,16 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                                    max_tokens=d.max_tokens),
         energy=_energy(js.energy),
         partition=str(config.job.partition) if config.job.partition is not None else None,
-        stopping=js.stopping, last_reload=js.last_reload, breaker=_breaker(d.breaker, config))
+        stopping=js.stopping, last_reload=js.last_reload, breaker=_breaker(d.breaker, config),
+        waste=_waste(ledger))
+
+
+def _waste(t: TokenLedger | None) -> c.Waste | None:
+    if t is None:
+        return None
+    return c.Waste(kept_tokens=t.kept_tokens, wasted_tokens=t.wasted_tokens, goodput=t.goodput,
+                   causes=tuple(c.WasteCount(str(w.cause), w.requests, w.tokens)
+                                for w in t.wasted))
 
 
 def _breaker(b: BreakerSnapshot, config: JobConfig) -> c.Breaker:

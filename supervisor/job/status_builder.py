@@ -80,6 +80,9 @@ class StatusBuilder:
         requeueable = await self.astore.call(Store.truncated_count, d.max_tokens, False)
         # ... and what it would re-run after max tokens is raised past every old limit.
         truncated = await self.astore.call(Store.truncated_count, None, False)
+        # The waste ledger's totals: seven rows, kept in step by the store's triggers.
+        ledger = await self.astore.call(Store.token_ledger)
         return build_status(js, config, started_at=self.started_at,
                             histogram=d.lengths.histogram(d.max_tokens), flags=self.fleet,
-                            requeueable_truncated=requeueable, truncated=truncated)
+                            requeueable_truncated=requeueable, truncated=truncated,
+                            ledger=ledger)

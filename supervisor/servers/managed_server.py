@@ -30,6 +30,7 @@ from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
                                                  describe_returncode)
 from supervisor.servers.health import probe
+from supervisor.servers.inflight_guard import InflightGuard
 from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env,
                                                max_running)
 from supervisor.servers.port_owner import (PortHolder, foreign_listener, port_holder,
@@ -101,7 +102,12 @@ class ManagedServer:
         self._poke = anyio.Event()
         self._changed = anyio.Event()
         # SGLang's own /metrics while READY (with --enable-metrics), and the over-commit flag.
-        self.sglang = SglangMonitor(name, clock=ctx.clock, emit=self._add_event)
+        # ... and the saturation guard, which lowers and raises this server's live in-flight
+        # limit from those figures.
+        self.guard = InflightGuard(name, lambda: self.dispatch, self._inflight_limit,
+                                   emit=self._add_event)
+        self.sglang = SglangMonitor(name, clock=ctx.clock, emit=self._add_event,
+                                    on_poll=self.guard.on_poll)
 
     # -- what others see ----------------------------------------------------------------------
 
@@ -144,10 +150,22 @@ class ManagedServer:
             state_reason=self.state_reason,
             failures_in_window=self.policy.failures_in_window(self.ctx.monotonic()),
             sglang=self.sglang.view,
+            **self._limit_fields(),
         )
 
     def _progress(self) -> Any:
         return self.ctx.dispatcher.progress(self.name)
+
+    def _inflight_limit(self) -> Any:
+        """The dispatcher's live limit for this server's READY life, if it keeps one."""
+        get = getattr(self.ctx.dispatcher, "inflight_limit", None)
+        return get(self.name) if get is not None else None
+
+    def _limit_fields(self) -> dict[str, Any]:
+        limit = self._inflight_limit()
+        if limit is None:
+            return {}
+        return {"inflight_limit": limit.limit, "inflight_limit_reason": limit.reason}
 
     def _in_flight(self) -> int:
         try:

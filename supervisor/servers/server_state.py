@@ -63,3 +63,6 @@ class ServerSnapshot:
     state_reason: str = ""
     failures_in_window: int = 0
     sglang: SglangView = SglangView()     # SGLang's own /metrics and the over-commit flag
+    # The saturation guard's live limit (None: not serving) and why it is below max_running.
+    inflight_limit: int | None = None
+    inflight_limit_reason: str | None = None

@@ -43,8 +43,13 @@ class SglangMonitor:
 
     def __init__(self, name: str, policy: OvercommitPolicy | None = None,
                  clock: Callable[[], float] | None = None,
-                 emit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None) -> None:
+                 emit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None,
+                 on_poll: Callable[[SglangView, float, int], Awaitable[None]] | None = None
+                 ) -> None:
         self.name = name
+        # Each poll's view, its monotonic time and our in-flight count (the saturation
+        # guard, inflight_guard.py).
+        self._on_poll = on_poll
         self.policy = policy or OvercommitPolicy()
         self.view = SglangView()
         self._clock = clock
@@ -99,6 +104,8 @@ class SglangMonitor:
             overcommit_reason=self._detector.reason)
         if change is not None:
             await self._say(change, in_flight)
+        if self._on_poll is not None:
+            await self._on_poll(self.view, now, in_flight)
 
     async def end_life(self) -> None:
         """The server left READY: its figures are gone, and a flag that was on ends here

@@ -61,8 +61,23 @@ class JobProgress(StatusText):
             *self._error_cells(s),
             figure(f"{s.max_tokens:,}", "max tokens", label_first=True),
             *self._energy_cells(s),
+            *self._waste_cells(s),
         ]
         return flow(cells, width)
+
+    @staticmethod
+    def _waste_cells(s: Status) -> list[Text]:
+        w = s.waste
+        if w is None or w.goodput is None:
+            return []
+        # Goodput: the kept share of every token generated (the rest was thrown away:
+        # loops, stalls, retries, crashes, requeues). Yellow under 90%, red under 75%.
+        cells = [figure(f"{100 * w.goodput:.1f}%", "goodput", label_first=True,
+                        style="bold red" if w.goodput < 0.75 else
+                        "bold yellow" if w.goodput < 0.9 else None)]
+        if w.wasted_tokens:
+            cells.append(figure(count(w.wasted_tokens), "tok wasted"))
+        return cells
 
     @staticmethod
     def _thinking_cells(s: Status) -> list[Text]:

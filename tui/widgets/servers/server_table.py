@@ -11,7 +11,7 @@ from textual.reactive import reactive
 from textual.widgets import DataTable
 
 from supervisor.contract.status import GpuStatus, ServerState, ServerStatus, Status
-from supervisor.client.text import duration
+from supervisor.client.text import duration, limit_text
 from tui.formatting import gib, one_line
 
 STATE_STYLE = {
@@ -67,6 +67,16 @@ def sglang_cell(server: ServerStatus) -> Text | str:
     return text
 
 
+def in_flight_cell(server: ServerStatus) -> Text | str:
+    """`18/24`: requests in flight of the limit; `18/20↓` in orange while the saturation
+    guard holds the limit below the server's max (the status text says why)."""
+    text = f"{server.in_flight}/{limit_text(server)}"
+    lim = server.inflight_limit
+    if lim is not None and lim < server.max_running:
+        return Text(text, style=OVERCOMMIT_STYLE)
+    return text
+
+
 # Where datacenter GPUs start to slow themselves down (H100/A100 throttle from about 85 °C).
 HOT_C = 85.0
 
@@ -107,7 +117,7 @@ def row_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> dict[str, Tex
     return {
         "server": server.name,
         "state": Text(server.state.value, style=STATE_STYLE.get(server.state, "")),
-        "in_flight": f"{server.in_flight}/{server.max_running}",
+        "in_flight": in_flight_cell(server),
         "sglang": sglang_cell(server),
         "req_s": f"{server.req_per_s:.1f}",
         "power": power,

@@ -1,0 +1,87 @@
+"""Running the saturation guard for one server: each SGLang /metrics poll (sglang_monitor.py)
+goes to the guard's policy (saturation_guard.py); what it decides is applied to the
+dispatcher's live limit for the server (dispatch/inflight_limit.py) and said once, in the
+log and as an `inflight_limit` event with the old and new limit and why.
+
+The guard belongs to one READY life: a new life (a new limit object from the dispatcher)
+starts a new guard at the server's max, so a restart resets the limit.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Awaitable, Callable, Protocol
+
+import anyio
+
+from supervisor.config import DispatchSection
+from supervisor.contract.event_kinds import EventKind
+from supervisor.servers.saturation_guard import GuardPolicy, GuardPoll, SaturationGuard
+from supervisor.servers.sglang_view import SglangView
+
+log = logging.getLogger("supervisor.servers")
+
+
+class LiveLimit(Protocol):
+    """What the guard needs of the dispatcher's limit (dispatch/inflight_limit.py)."""
+    max: int
+
+    @property
+    def limit(self) -> int: ...
+
+    def set(self, value: int, reason: str | None = None) -> int: ...
+
+
+def policy_of(d: DispatchSection) -> GuardPolicy:
+    return GuardPolicy(floor=d.saturation_floor, calm_s=d.saturation_calm_s,
+                       settle_s=max(1.0, d.saturation_calm_s / 3),
+                       collapse_ratio=d.saturation_collapse_ratio)
+
+
+class InflightGuard:
+    def __init__(self, name: str, dispatch: Callable[[], DispatchSection],
+                 limit: Callable[[], LiveLimit | None],
+                 emit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None) -> None:
+        self.name = name
+        self._dispatch = dispatch          # read at each poll: a reload may switch it off
+        self._limit = limit
+        self._emit = emit
+        self._guard: SaturationGuard | None = None
+        self._for: LiveLimit | None = None
+
+    async def on_poll(self, view: SglangView, at: float, in_flight: int) -> None:
+        """One poll's figures (`at` monotonic seconds)."""
+        d = self._dispatch()
+        limit = self._limit()
+        if limit is None:
+            return
+        if not d.saturation_guard:
+            if limit.limit < limit.max:       # switched off by a reload: the max again
+                await self._apply(limit, limit.max, "the saturation guard was switched off")
+            self._guard = self._for = None
+            return
+        if self._guard is None or limit is not self._for:
+            self._guard, self._for = SaturationGuard(limit.max, policy_of(d)), limit
+        change = self._guard.observe(GuardPoll(
+            at=at, overcommitted=view.overcommitted, overcommit_reason=view.overcommit_reason,
+            running=view.running, gen_throughput=view.gen_throughput, in_flight=in_flight,
+            figures=view.error is None))
+        if change is not None:
+            await self._apply(limit, change.new, change.reason, self._guard.reason)
+
+    async def _apply(self, limit: LiveLimit, new: int, why: str,
+                     cause: str | None = None) -> None:
+        old = limit.limit
+        now = limit.set(new, cause)
+        if now == old:
+            return
+        if now < old:
+            log.warning("%s: in-flight limit %d -> %d of %d: %s", self.name, old, now,
+                        limit.max, why)
+        else:
+            log.info("%s: in-flight limit %d -> %d of %d: %s", self.name, old, now,
+                     limit.max, why)
+        if self._emit is not None:
+            with anyio.CancelScope(shield=True):
+                await self._emit(EventKind.INFLIGHT_LIMIT,
+                                 {"from": old, "to": now, "max": limit.max, "reason": why})
