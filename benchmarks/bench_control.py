@@ -29,8 +29,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.fixtures import control_daemon as daemon  # noqa: E402
-from tests.fixtures.state_db import read_db  # noqa: E402
+from benchmarks import harness as daemon  # noqa: E402
+from benchmarks.harness import read_db  # noqa: E402
 
 POLL_HZ = 10.0
 

@@ -41,7 +41,7 @@ from supervisor.dispatch.dispatcher import Dispatcher  # noqa: E402
 from supervisor.dispatch.length_eta import EtaEstimate  # noqa: E402
 from supervisor.dispatch.metrics import eta_seconds  # noqa: E402
 from supervisor.servers.endpoint import Endpoint  # noqa: E402
-from tests.fixtures.state_db import read_db  # noqa: E402
+from benchmarks.harness import read_db  # noqa: E402
 
 MARKS = (0.02, 0.05, 0.10, 0.50)
 

@@ -28,7 +28,7 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.fixtures import control_daemon as daemon  # noqa: E402
+from benchmarks import harness as daemon  # noqa: E402
 
 SESSION = "dflash-bench-tui"
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import statistics
 import sys
 import tempfile
@@ -118,16 +119,14 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=4)
     args = p.parse_args()
 
-    from tests.fixtures.moto_s3 import DUMMY_AWS, UNSET, MotoServer, s3_client
+    from benchmarks.harness import s3_client, start_moto, use_dummy_aws
 
-    for name in UNSET:
-        os.environ.pop(name, None)
-    os.environ.update(DUMMY_AWS)
+    use_dummy_aws()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
-        moto = MotoServer(work / "moto.log").start()
+        moto, moto_url = start_moto(work / "moto.log")
         try:
-            client = s3_client(moto.url)
+            client = s3_client(moto_url)
             client.create_bucket(Bucket="bench-uploads")
             base_t, our_t, lags = [], [], []
             for run in range(args.runs):
@@ -140,7 +139,7 @@ def main() -> None:
                           f"concurrency {args.concurrency}")
                 base_t.append(baseline(client, "bench-uploads", f"base{run}/", files,
                                        args.concurrency))
-                t, lag = ours(store, spool, moto.url, "bench-uploads", f"ours{run}/",
+                t, lag = ours(store, spool, moto_url, "bench-uploads", f"ours{run}/",
                               args.concurrency)
                 our_t.append(t)
                 lags.append(lag)
@@ -152,7 +151,8 @@ def main() -> None:
             print(f"uploader time / baseline time: {o / b:.2f}")
             print(f"worst event-loop lateness during uploads: {max(lags) * 1000:.1f} ms")
         finally:
-            moto.stop()
+            os.killpg(moto.pid, signal.SIGKILL)
+            moto.wait(timeout=10)
 
 
 if __name__ == "__main__":

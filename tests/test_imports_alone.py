@@ -8,6 +8,7 @@ imports the heavy third-party libraries first, once, so that each child does not
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -79,3 +80,15 @@ def test_every_module_imports_first_in_a_fresh_interpreter() -> None:
                          input=" ".join(_modules()), capture_output=True, text=True,
                          timeout=110, check=True, cwd=ROOT)
     assert out.stdout.strip() == "", out.stdout
+
+
+def test_benchmarks_import_nothing_from_tests() -> None:
+    # A benchmark's figures must not move when a test helper changes: benchmarks/harness.py
+    # is what they run against.
+    offenders = []
+    for path in sorted((ROOT / "benchmarks").glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            offenders += [f"{path.name}: {n}" for n in names if n.split(".")[0] == "tests"]
+    assert offenders == []
