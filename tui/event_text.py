@@ -56,6 +56,9 @@ def describe(event: Event) -> str:
     if k == EventKind.SERVER_OVERCOMMIT:
         what = "over-committed" if d.get("overcommitted") else "no longer over-committed"
         return f"{event.subject} {what}: {d.get('reason', '')}".rstrip(": ")
+    if k == EventKind.INFLIGHT_LIMIT:
+        return (f"{event.subject} in-flight limit {d.get('from', '?')} → {d.get('to', '?')} "
+                f"of {d.get('max', '?')}: {d.get('reason', '')}").rstrip(": ")
     if k == EventKind.ORPHAN_STOPPED:
         return f"{event.subject}: stopped a server left by an earlier daemon"
     rest = json.dumps(d, ensure_ascii=False, separators=(", ", ": ")) if d else ""
