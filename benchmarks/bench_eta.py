@@ -39,7 +39,7 @@ from state.store import Store  # noqa: E402
 from supervisor.config import parse_config  # noqa: E402
 from supervisor.dispatch.dispatcher import Dispatcher  # noqa: E402
 from supervisor.dispatch.length_eta import EtaEstimate  # noqa: E402
-from supervisor.dispatch.metrics import eta_seconds  # noqa: E402
+from supervisor.dispatch.rate_window import eta_seconds  # noqa: E402
 from supervisor.servers.endpoint import Endpoint  # noqa: E402
 from benchmarks.harness import read_db  # noqa: E402
 

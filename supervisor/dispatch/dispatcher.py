@@ -36,11 +36,11 @@ from supervisor.dispatch.error_breaker import ErrorBreaker
 from supervisor.dispatch.inflight_limit import InFlightLimit
 from supervisor.dispatch.length_eta import LengthEta
 from supervisor.dispatch.loop_detector import is_loop
-from supervisor.dispatch.metrics import CompletionRateWindow
+from supervisor.dispatch.rate_window import CompletionRateWindow
 from supervisor.dispatch.outcome import outcome_of
 from supervisor.dispatch.output_lengths import LengthWindow
-from supervisor.dispatch.progress import (DispatchSnapshot, InFlightRequest, ServerProgress,
-                                          StreamFigures)
+from supervisor.dispatch.dispatch_snapshot import (DispatchSnapshot, InFlightRequest,
+                                                   ServerProgress, StreamFigures)
 from supervisor.dispatch.quality import QualityGate
 from supervisor.dispatch.recorder import Recorder
 from supervisor.dispatch.stall_watch import StallWindow

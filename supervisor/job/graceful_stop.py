@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import anyio
 
-from supervisor.dispatch.progress import InFlightRequest
+from supervisor.dispatch.dispatch_snapshot import InFlightRequest
 
 @dataclass(frozen=True)
 class StopReport:

@@ -32,7 +32,7 @@ from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ServerSnapshot, ServerState
 
 if TYPE_CHECKING:
-    from supervisor.dispatch.progress import ServerProgress
+    from supervisor.dispatch.dispatch_snapshot import ServerProgress
     from supervisor.servers.endpoint import Endpoint
 
 log = logging.getLogger("supervisor.servers")

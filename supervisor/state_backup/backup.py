@@ -1,6 +1,6 @@
 """The state DB copied beside the shards, periodically and at stop, under the partition's key.
 
-One backup: an online copy of the DB (state/snapshot.py) into the state directory, put to the
+One backup: an online copy of the DB (state/db_copy.py) into the state directory, put to the
 output through the same sink and the same verification as a shard (ETag or read-back on S3,
 read-back on a directory), then `_state/backup.json` naming it; older copies are deleted
 after that, keeping the one before (a kill between the two puts leaves the manifest naming
@@ -20,7 +20,7 @@ from typing import Awaitable, Callable
 
 import anyio
 
-from state.snapshot import copy_live, inspect
+from state.db_copy import copy_live, inspect
 from supervisor.state_backup.keys import db_key, is_db_key, manifest_key, state_prefix
 from supervisor.state_backup.manifest import BackupManifest, ShardRecord
 from supervisor.state_backup.restore import NodeIdentity, RestoreRefused, check_siblings

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from state.records import Completion, ShardLine
 from state.shard_adoption import AdoptionError, UploadedShard, adopt_shard
-from state.snapshot import SnapshotError, inspect
+from state.db_copy import CopyError, inspect
 from state.store import Store
 from supervisor.config import Partition
 from supervisor.file_digest import file_sha256
@@ -107,7 +107,7 @@ def restore_if_missing(reader: OutputReader, me: NodeIdentity, db_path: Path) ->
                                  f"are not the backup's ({manifest.db_sha256[:12]}…)")
         try:
             info = inspect(tmp)
-        except SnapshotError as exc:
+        except CopyError as exc:
             raise RestoreRefused(str(exc)) from None
         if info.partition != me.partition_text or info.prompts_sha256 != me.prompts_sha256:
             raise RestoreRefused(f"{manifest.db_key}: the DB inside belongs to partition "

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from supervisor.contract import codec
 from supervisor.contract import status as c
-from supervisor.dispatch.progress import StreamFigures
+from supervisor.dispatch.dispatch_snapshot import StreamFigures
 from supervisor.job.contract_status import build_status
 from tests.fixtures.dispatching import job_config
 from tests.fixtures.job_status import job_status

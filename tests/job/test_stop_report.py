@@ -3,7 +3,7 @@ server's per-request decode rate, capped at its max tokens."""
 
 from __future__ import annotations
 
-from supervisor.dispatch.progress import InFlightRequest
+from supervisor.dispatch.dispatch_snapshot import InFlightRequest
 from supervisor.job.graceful_stop import StopReport, estimate_discarded_tokens
 
 

@@ -9,7 +9,7 @@ import pytest
 
 from state.records import ImportRow
 from state.settings_keys import Setting
-from state.snapshot import SnapshotError, inspect
+from state.db_copy import CopyError, inspect
 from state.store import Store
 from supervisor.config import Partition
 from supervisor.shards.keys import shard_key_for
@@ -109,5 +109,5 @@ def test_restore_only_takes_its_own_partition_and_prompt_file(tmp_path: Path, ot
 def test_a_damaged_db_file_is_not_a_snapshot(tmp_path: Path):
     bad = tmp_path / "x.db"
     bad.write_bytes(b"SQLite format 3\x00" + b"\x00" * 100)
-    with pytest.raises(SnapshotError):
+    with pytest.raises(CopyError):
         inspect(bad)

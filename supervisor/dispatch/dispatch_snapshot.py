@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from supervisor.dispatch.error_breaker import BreakerSnapshot
-from supervisor.dispatch.metrics import CompletionRateWindow, RateSnapshot
+from supervisor.dispatch.rate_window import CompletionRateWindow, RateSnapshot
 from supervisor.dispatch.quality import QualitySnapshot
 
 

@@ -1,5 +1,5 @@
 from supervisor.client.text import duration
-from supervisor.dispatch.metrics import CompletionRateWindow, eta_seconds
+from supervisor.dispatch.rate_window import CompletionRateWindow, eta_seconds
 
 
 def test_rates_cover_only_the_window_and_warm_up():

@@ -16,12 +16,12 @@ from state.schema import SCHEMA_VERSION, schema_version
 from state.settings_keys import Setting
 
 
-class SnapshotError(RuntimeError):
+class CopyError(RuntimeError):
     """A copy that is not a usable state DB; the message says why."""
 
 
 @dataclass(frozen=True)
-class SnapshotInfo:
+class CopyInfo:
     partition: str | None
     prompts_sha256: str | None
     schema_version: int
@@ -44,27 +44,27 @@ def copy_live(db_path: Path, dest: Path) -> None:
         src.close()
 
 
-def inspect(path: Path) -> SnapshotInfo:
+def inspect(path: Path) -> CopyInfo:
     """Identity and counts of a DB copy, after SQLite's own check that it is whole."""
     try:
         con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     except sqlite3.Error as exc:
-        raise SnapshotError(f"{path}: cannot open: {exc}") from None
+        raise CopyError(f"{path}: cannot open: {exc}") from None
     try:
         (ok,) = con.execute("PRAGMA quick_check").fetchone()
         if ok != "ok":
-            raise SnapshotError(f"{path}: damaged ({ok})")
+            raise CopyError(f"{path}: damaged ({ok})")
         version = schema_version(con)
         if version > SCHEMA_VERSION:
-            raise SnapshotError(f"{path}: schema version {version} is newer than this "
+            raise CopyError(f"{path}: schema version {version} is newer than this "
                                 f"supervisor's {SCHEMA_VERSION}")
         settings = dict(con.execute("SELECT key, value FROM settings WHERE key IN (?, ?)",
                                     (Setting.JOB_PARTITION, Setting.PROMPTS_SHA256)).fetchall())
         counts = dict(con.execute("SELECT status, n FROM status_counts").fetchall())
     except sqlite3.DatabaseError as exc:
-        raise SnapshotError(f"{path}: not a state DB ({exc})") from None
+        raise CopyError(f"{path}: not a state DB ({exc})") from None
     finally:
         con.close()
     partition = settings.get(Setting.JOB_PARTITION)
-    return SnapshotInfo(partition or None, settings.get(Setting.PROMPTS_SHA256), version,
+    return CopyInfo(partition or None, settings.get(Setting.PROMPTS_SHA256), version,
                         sum(int(v) for v in counts.values()), int(counts.get("done", 0)))
