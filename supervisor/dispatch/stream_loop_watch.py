@@ -20,8 +20,8 @@ find and a compare in C, so the per-chunk cost is O(chunk) plus O(TAIL_CHARS / C
 per character, and memory is bounded whatever the answer length.
 
 A loop is confirmed when the folded tail's last characters recur at some distance d (the
-period) and the last max(MIN_RUN_CHARS, 2 d) characters equal the ones d earlier: at least
-three copies and a kilobyte of exact repetition. Numbers standing alone are folded to "0",
+period) and the last max(MIN_RUN_CHARS, d) characters equal the ones d earlier: at least
+two whole copies and a kilobyte of exact repetition (a short passage, then, many times). Numbers standing alone are folded to "0",
 as `loop_detector` folds digits, so "Step 41: ... Step 42: ..." is the same text again; but
 digits inside a name stay (`kv_1`, `bfloat16`, `L2`), so unrolled code is not one text. Two
 guards keep text that repeats in *shape* only (numbered lists, tables, code, repeated
@@ -29,8 +29,9 @@ headings, "Step 1... Step 2...") from counting:
 - the repeated passage must be mostly letters, so a table of numbers or a rule of dashes
   never counts;
 - the numbers a loop carries must be counters: each one equal to the same number one period
-  earlier, or moving by the same step as it did the period before (12., 13., 14.). A table
-  or a list of configurations whose values differ is not a loop.
+  earlier, or moving by the same step as it did the period before (12., 13., 14.); with only
+  two copies, the same or one more. A table or a list of configurations whose values differ
+  is not a loop.
 `loop_detector`'s statistical measures (6-gram share, compression) are not used mid-stream:
 on real source files they reach the values of a loop that varies a little (0.68 share, 0.09
 ratio on SGLang's own code), so acting on them would abort good answers. A loop that varies
@@ -44,9 +45,10 @@ from dataclasses import dataclass, field
 
 PARTS = ("reasoning", "content")
 CHECK_CHARS = 1024           # a part's tail is checked every this many new characters
-TAIL_CHARS = 32768           # kept per part: room for three copies of a ~10 KB period
+TAIL_CHARS = 32768           # kept per part: room for a few copies of a ~10 KB period
 PROBE_CHARS = 32             # the end of the tail, looked up earlier in the tail
 CANDIDATES = 4               # earlier occurrences of the probe tried as the period
+COPIES = 2                   # copies of the passage needed, at least
 MIN_RUN_CHARS = 1024         # exact repetition needed, whatever the period
 LETTER_SHARE = 0.4           # of the passage's visible characters: letters
 COUNTER_SHARE = 0.9          # of the numbers in the repetition: counters or constants
@@ -90,7 +92,8 @@ class NumberFolder:
 
 def find_period(tail: str) -> int:
     """The period d (characters) of an exact repetition ending the tail and covering at
-    least max(MIN_RUN_CHARS, 2 d) characters plus one period before them; 0 if none."""
+    least max(MIN_RUN_CHARS, (COPIES - 1) d) characters plus one period before them; 0 if
+    none."""
     n = len(tail)
     if n < MIN_RUN_CHARS + PROBE_CHARS:
         return 0
@@ -101,7 +104,7 @@ def find_period(tail: str) -> int:
         if pos < 0:
             return 0
         d = n - PROBE_CHARS - pos
-        need = max(MIN_RUN_CHARS, 2 * d)
+        need = max(MIN_RUN_CHARS, (COPIES - 1) * d)
         if need + d > n:
             return 0                     # farther occurrences only give longer periods
         if tail[n - need - d:n - d] == tail[n - need:]:
@@ -119,8 +122,12 @@ def numbers_are_counters(numbers: list[int], per_period: int) -> bool:
     """Whether the numbers of a repetition (`per_period` of them in each copy) are
     constants or counters: each moves by the step it moved by one period before."""
     m = per_period
-    if m == 0 or len(numbers) < 3 * m:
+    if m == 0 or len(numbers) < 2 * m:
         return True                      # nothing to tell a table from a loop by
+    if len(numbers) < 3 * m:
+        # Two copies show no step yet: each number the same again, or one more (a count).
+        same = sum(numbers[i] - numbers[i - m] in (0, 1) for i in range(m, len(numbers)))
+        return same >= COUNTER_SHARE * (len(numbers) - m)
     checked = len(numbers) - 2 * m
     steady = sum(numbers[i] - numbers[i - m] == numbers[i - m] - numbers[i - 2 * m]
                  for i in range(2 * m, len(numbers)))
@@ -174,7 +181,7 @@ class _Part:
         if not d or not mostly_letters(tail[-max(d, PROBE_CHARS):]):
             return None
         n = len(tail)
-        run_start = n - max(MIN_RUN_CHARS, 2 * d) - d
+        run_start = n - max(MIN_RUN_CHARS, (COPIES - 1) * d) - d
         in_run = sum(1 for _ in NUMBER.finditer(tail, run_start))
         per_period = sum(1 for _ in NUMBER.finditer(tail, n - d))
         # The run's numbers as written: the last ones of the raw tail (the folder holds

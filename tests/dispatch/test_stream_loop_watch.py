@@ -229,3 +229,18 @@ def test_the_simulators_streamed_loops_are_confirmed_and_its_other_answers_are_n
         assert plan.onset < verdict.tokens == words < 32768 // 3
     for messages, _ in plain[:2]:
         assert _stream_sim(sim.base_url, messages, True, 32768)[0] is None
+
+
+def test_two_copies_of_a_long_passage_are_a_loop_unless_their_numbers_differ():
+    rng = random.Random(8)
+    passage = filler(300, 444) + " "
+    # Two copies, and the third begun: confirmed at the next check, a kilobyte on at most.
+    verdict = stream(filler(500, 1) + " " + passage * 2 + passage[:1100] + filler(400, 2), 50)
+    assert verdict is not None and verdict.period_chars == len(passage)
+
+    def block() -> str:
+        return "\n".join(f"    Config(block_m={rng.choice([16, 32, 64])}, warps="
+                         f"{rng.choice([2, 4, 8])}, stages={rng.randint(1, 5)}, name='tile'),"
+                         for _ in range(30)) + "\n"
+    # The same shape twice, other values: two parameter tables, not a loop.
+    assert stream(filler(500, 1) + "\n" + block() + block() + filler(400, 2), 50) is None
