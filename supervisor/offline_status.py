@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from state.store import Store
+    from state.waste_table import TokenLedger
 
 
 def main(state: str, events: int = 10) -> int:
@@ -36,6 +37,9 @@ def main(state: str, events: int = 10) -> int:
             print(f"truncated {long + looping}: {long} long, {looping} looping "
                   "(requeue truncated leaves the looping ones); "
                   f"{store.truncated_in_thinking()} cut off inside the thinking (no answer)")
+        ledger = store.token_ledger()
+        if ledger.generated_tokens:
+            print(f"waste    {_waste_text(ledger)}")
         joules = _joules(store)
         if joules:
             print(f"energy   {joules / 3.6e6:.2f} kWh on the job's GPUs so far")
@@ -56,6 +60,16 @@ def main(state: str, events: int = 10) -> int:
     return 0
 
 
+def _waste_text(ledger: TokenLedger) -> str:
+    """The waste ledger as the live status says it (supervisor/client/text.py waste_line)."""
+    from supervisor.client.text import waste_line
+    from supervisor.contract.status import Waste, WasteCount
+    return waste_line(Waste(
+        kept_tokens=ledger.kept_tokens, wasted_tokens=ledger.wasted_tokens,
+        goodput=ledger.goodput,
+        causes=tuple(WasteCount(str(w.cause), w.requests, w.tokens) for w in ledger.wasted)))
+
+
 def _joules(store: Store) -> float:
     """What the daemon carried in the DB (settings energy_joules); 0 when none."""
     from state.settings_keys import Setting
@@ -63,6 +77,13 @@ def _joules(store: Store) -> float:
         return float(store.get_setting(Setting.ENERGY_JOULES) or 0.0)
     except ValueError:
         return 0.0
+
+
+def _waste_json(ledger: TokenLedger) -> dict[str, object]:
+    return {"kept_tokens": ledger.kept_tokens, "wasted_tokens": ledger.wasted_tokens,
+            "goodput": ledger.goodput,
+            "causes": {str(w.cause): {"requests": w.requests, "tokens": w.tokens}
+                       for w in ledger.wasted}}
 
 
 def summary_json(state: str) -> dict[str, object] | None:
@@ -83,6 +104,7 @@ def summary_json(state: str) -> dict[str, object] | None:
                             "backlog_shards": shards, "backlog_bytes": nbytes},
                 "truncated": {**dict(zip(("long", "looping"), store.truncated_split())),
                               "in_thinking": store.truncated_in_thinking()},
+                "waste": _waste_json(store.token_ledger()),
                 "energy_kwh": _joules(store) / 3.6e6}
     finally:
         store.close()
