@@ -49,7 +49,9 @@ class ShardFinding:
 
 
 @dataclass
-class VerifyReport:
+class DbVerifyReport:
+    """One node's output checked against its state DB (output_verify's VerifyReport is a
+    whole job's output checked against the prompt file)."""
     checked: int = 0
     mismatched: list[ShardFinding] = field(default_factory=list)
     unverified: list[str] = field(default_factory=list)
@@ -70,9 +72,9 @@ class VerifyReport:
 
 
 def verify_output(store: Store, sink: Sink, spool: Path, partition: Partition | None,
-                  *, read_back: bool = False, list_output: bool = True) -> VerifyReport:
+                  *, read_back: bool = False, list_output: bool = True) -> DbVerifyReport:
     """Blocking (hashes files, talks to S3): call from a worker thread."""
-    report = VerifyReport()
+    report = DbVerifyReport()
     for shard in store.shards():
         if shard.status not in (SHARD_WRITTEN, SHARD_UPLOADED) or shard.sha256 is None:
             continue
@@ -102,7 +104,7 @@ def verify_output(store: Store, sink: Sink, spool: Path, partition: Partition | 
     return report
 
 
-def send_back(store: Store, report: VerifyReport, actor: str) -> int:
+def send_back(store: Store, report: DbVerifyReport, actor: str) -> int:
     """Every mismatched shard back to 'assigned' (with its event); returns how many."""
     n = 0
     for f in report.mismatched:
@@ -112,7 +114,7 @@ def send_back(store: Store, report: VerifyReport, actor: str) -> int:
     return n
 
 
-def unknown_output_message(report: VerifyReport, state_path: Path, output: str) -> str:
+def unknown_output_message(report: DbVerifyReport, state_path: Path, output: str) -> str:
     first = ", ".join(report.unknown_keys[:3])
     return (f"{output} holds {len(report.unknown_keys)} shards of this job that the state DB "
             f"{state_path} does not know (first: {first}): the DB is new, was reset or is "
@@ -125,7 +127,7 @@ class UnknownOutput(RuntimeError):
     """The output holds shards of this job that the DB never assigned."""
 
 
-def check_output_at_start(store: Store, config: JobConfig) -> VerifyReport:
+def check_output_at_start(store: Store, config: JobConfig) -> DbVerifyReport:
     """Before anything runs: refuse (UnknownOutput) an output holding shards this DB never
     assigned, and send every written or uploaded shard that is missing or changed back to be
     rewritten. Records where the output is, for `verify`. Blocking."""
