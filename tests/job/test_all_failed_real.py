@@ -18,7 +18,7 @@ from tests.fixtures.real_job import fast_fleet, job_config, wait_for
 
 pytestmark = pytest.mark.slow
 
-LAUNCH = Path(__file__).with_name("gated_launch.py")
+LAUNCH = Path(__file__).parents[1] / "fixtures" / "gated_launch.py"
 
 
 def test_every_server_failed_warns_repeatedly_and_a_reset_recovers(tmp_path: Path, caplog):

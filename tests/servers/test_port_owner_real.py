@@ -21,7 +21,7 @@ from tests.fixtures.sim_servers import sim_argv, wait_healthy
 
 pytestmark = pytest.mark.slow
 
-SQUAT = Path(__file__).with_name("squatting_launch.py")
+SQUAT = Path(__file__).parents[1] / "fixtures" / "squatting_launch.py"
 
 
 def _run_until_all_failed(config, base_env=None):
