@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.multinode.node_config import node_config
-from tests.multinode.nodes import Node, slurm_env, wait_for
+from tests.fixtures.node_config import node_config
+from tests.fixtures.multinode_nodes import Node, slurm_env, wait_for
 from tests.fixtures.real_prompts import write_jsonl
 from tests.fixtures.moto_s3 import MotoServer, objects, s3_env
 

@@ -15,7 +15,7 @@ import yaml
 
 from supervisor.config import Partition, parse_config
 from supervisor.prompt_import import partition_of
-from tests.multinode.node_config import node_config
+from tests.fixtures.node_config import node_config
 from tests.fixtures import REPO
 from tests.fixtures.real_prompts import write_jsonl
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.demo.prompts import write_demo_prompts
-from tests.systemd.box import REPO, Box, why_not_runnable
+from tests.fixtures.systemd_box import REPO, Box, why_not_runnable
 
 UNIT = "dflash-supervisor"
 STATE = "/var/lib/dflash-supervisor"
