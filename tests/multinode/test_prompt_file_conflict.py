@@ -12,8 +12,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.node_config import node_config
-from tests.fixtures.multinode_nodes import Node, slurm_env, wait_for
-from tests.multinode.test_three_nodes_s3 import prompts_file
+from tests.fixtures.multinode_nodes import Node, prompts_file, slurm_env, wait_for
 from tests.fixtures.moto_s3 import MotoServer, objects, s3_env
 
 pytestmark = pytest.mark.slow

@@ -17,8 +17,7 @@ from typing import Any
 import pytest
 
 from tests.fixtures.node_config import node_config
-from tests.fixtures.multinode_nodes import Node, slurm_env, wait_for
-from tests.fixtures.real_prompts import write_jsonl
+from tests.fixtures.multinode_nodes import Node, prompts_file, slurm_env, wait_for
 from tests.fixtures.moto_s3 import MotoServer, objects, s3_env
 
 pytestmark = pytest.mark.slow
@@ -26,12 +25,6 @@ pytestmark = pytest.mark.slow
 N_PROMPTS = 300
 # Node 1 of the replacement test generates slowly, so it is lost half-way.
 SLOW = {"sim-instant": "false", "sim-tokens-per-s": "60", "sim-time-scale": "20"}
-
-
-def prompts_file(path: Path, n: int = N_PROMPTS, changed: int | None = None) -> Path:
-    rows = [{"id": f"r{i:04d}", "prompt": f"question {i}" + (" (edited)" if i == changed else "")}
-            for i in range(n)]
-    return write_jsonl(path, rows)
 
 
 def make_nodes(root: Path, prompts: Path, output: str, moto: MotoServer,

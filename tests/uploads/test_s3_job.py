@@ -4,81 +4,15 @@ needs one), and the bucket read back afterwards."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import signal
-import sqlite3
-import subprocess
-import sys
-import time
-from pathlib import Path
-from typing import Any, Callable
 
 import pytest
 
-from tests.fixtures.moto_s3 import objects, s3_env
-from tests.fixtures.state_db import read_db
+from tests.fixtures.moto_s3 import objects
+from tests.fixtures.s3_demo import check_bucket, demo, event_kinds, query, spawn, wait_for
 
 pytestmark = pytest.mark.slow
-
-
-def demo_argv(directory: Path, output: str, endpoint: str, prompts: int) -> list[str]:
-    return [sys.executable, "-m", "supervisor", "demo", "--dir", str(directory), "--quiet",
-            "--instant", "--prompts", str(prompts), "--output", output,
-            "--endpoint-url", endpoint]
-
-
-def demo(directory: Path, output: str, endpoint: str, prompts: int,
-         timeout: float = 150) -> subprocess.CompletedProcess:
-    return subprocess.run(demo_argv(directory, output, endpoint, prompts), capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL, env=s3_env())
-
-
-def spawn(directory: Path, output: str, endpoint: str, prompts: int) -> subprocess.Popen:
-    return subprocess.Popen(demo_argv(directory, output, endpoint, prompts),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            stdin=subprocess.DEVNULL, env=s3_env())
-
-
-def query(directory: Path, sql: str) -> list[tuple]:
-    return read_db(directory / "job.db", sql)
-
-
-def wait_for(predicate: Callable[[], bool], what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if predicate():
-                return
-        except sqlite3.OperationalError:      # the DB not created yet
-            pass
-        time.sleep(0.05)
-    pytest.fail(f"not within {timeout_s} s: {what}")
-
-
-def expected_ids(n: int) -> list[str]:
-    return [f"demo-{i:06d}" for i in range(n)]
-
-
-def check_bucket(s3: Any, bucket: str, prefix: str, directory: Path, prompts: int) -> None:
-    """Every shard the DB knows is in the bucket under its key, exactly once, holding the
-    bytes the DB recorded; nothing else is there; every prompt is in exactly one line."""
-    shards = query(directory, "select key, status, sha256, md5, etag, checksum from shards")
-    assert shards and all(status == "uploaded" for _, status, *_ in shards), shards
-    listed = objects(s3, bucket, prefix)
-    assert sorted(listed) == sorted(prefix + key for key, *_ in shards)
-    ids: list[str] = []
-    for key, _, sha256, md5, etag, checksum in shards:
-        body = s3.get_object(Bucket=bucket, Key=prefix + key)["Body"].read()
-        assert hashlib.sha256(body).hexdigest() == sha256 and checksum == f"sha256:{sha256}"
-        assert listed[prefix + key]["ETag"].strip('"') == etag
-        assert hashlib.md5(body).hexdigest() == md5
-        ids += [json.loads(line)["id"] for line in body.decode("utf-8").splitlines()]
-    assert sorted(ids) == expected_ids(prompts)
-
-
-def event_kinds(directory: Path) -> list[str]:
-    return [k for (k,) in query(directory, "select kind from events order by id")]
 
 
 def test_a_job_uploads_every_shard_and_a_rerun_uploads_nothing_again(tmp_path, moto, s3, bucket):

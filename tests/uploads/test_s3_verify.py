@@ -13,7 +13,7 @@ import pytest
 
 from tests.fixtures import REPO
 from tests.fixtures.moto_s3 import objects, s3_env
-from tests.uploads.test_s3_job import check_bucket, demo, query
+from tests.fixtures.s3_demo import check_bucket, demo, query
 
 pytestmark = pytest.mark.slow
 
