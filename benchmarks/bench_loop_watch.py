@@ -349,13 +349,15 @@ def main() -> None:
     def med(values: list[float]) -> float:
         return statistics.median(values)
 
+    def med_of(attr: str) -> float:
+        return med([statistics.median(getattr(t, attr)) for t in tallies if getattr(t, attr)])
+
     print(f"medians over {len(tallies)} seeds: recall {med([t.recall for t in tallies]):.4f}, "
           f"false-positive rate {med([t.fp_rate for t in tallies]):.5f}, tokens at "
-          f"confirmation {med([statistics.median(t.confirm_tokens) for t in tallies if t.confirm_tokens]):.0f} "
-          f"({med([statistics.median(t.lag) for t in tallies if t.lag]):.0f} after the loop began), "
-          f"GPU tokens saved {med([t.saved / t.decoded_today for t in tallies]):.1%} of all "
-          f"decode ({med([statistics.median(t.saved_share) for t in tallies if t.saved_share]):.1%}"
-          f" of each loop's budget), lost to false positives "
+          f"confirmation {med_of('confirm_tokens'):.0f} ({med_of('lag'):.0f} after the loop "
+          f"began), GPU tokens saved {med([t.saved / t.decoded_today for t in tallies]):.1%} "
+          f"of all decode ({med_of('saved_share'):.1%} of each loop's budget), lost to false "
+          f"positives "
           f"{med([t.lost_to_false_pos / t.decoded_today for t in tallies]):.3%}")
     print(f"totals: {sum(t.caught for t in tallies)}/{sum(t.positives for t in tallies)} loops "
           f"caught, {sum(len(t.false_pos) for t in tallies)} false positives in "

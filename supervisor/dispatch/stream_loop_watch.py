@@ -21,9 +21,10 @@ per character, and memory is bounded whatever the answer length.
 
 A loop is confirmed when the folded tail's last characters recur at some distance d (the
 period) and the last max(MIN_RUN_CHARS, d) characters equal the ones d earlier: at least
-two whole copies and a kilobyte of exact repetition (a short passage, then, many times). Numbers standing alone are folded to "0",
-as `loop_detector` folds digits, so "Step 41: ... Step 42: ..." is the same text again; but
-digits inside a name stay (`kv_1`, `bfloat16`, `L2`), so unrolled code is not one text. Two
+two whole copies and a kilobyte of exact repetition (a short passage, then, many times).
+Numbers standing alone are folded to "0", as `loop_detector` folds digits, so "Step 41: ...
+Step 42: ..." is the same text again; but digits inside a name stay (`kv_1`, `bfloat16`,
+`L2`), so unrolled code is not one text. Two
 guards keep text that repeats in *shape* only (numbered lists, tables, code, repeated
 headings, "Step 1... Step 2...") from counting:
 - the repeated passage must be mostly letters, so a table of numbers or a rule of dashes

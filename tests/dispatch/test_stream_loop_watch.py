@@ -82,8 +82,9 @@ def test_a_loop_without_spaces_is_confirmed():
     alphabet = [chr(c) for c in range(0x4E00, 0x4E00 + 3000)]
     prose = "".join(rng.choice(alphabet) for _ in range(20000))
     assert stream(prose, 7) is None
-    verdict = stream(prose[:800] + "我们再检查一遍这个数值是否正确。" * 300, 7)
-    assert verdict is not None and verdict.snippet.strip("我们再检查一遍这个数值是否正确。") == ""
+    again = "我们再检查一遍这个数值是否正确。"
+    verdict = stream(prose[:800] + again * 300, 7)
+    assert verdict is not None and verdict.snippet.strip(again) == ""
 
 
 def _real_prompt_texts() -> list[str]:
