@@ -58,6 +58,7 @@ class ChatRequest:
     stream: bool = False
     include_usage: bool = False
     rid: str | None = None
+    continuous_usage: bool = False     # stream_options.continuous_usage_stats
 
 
 def _int_or_none(body: dict[str, Any], key: str) -> int | None:
@@ -96,7 +97,8 @@ def parse_request(body: Any) -> ChatRequest:
     return ChatRequest(messages, model if isinstance(model, str) else DEFAULT_MODEL_NAME,
                        max_tokens, thinking, separate, kwargs, bool(body.get("stream")),
                        isinstance(options, dict) and bool(options.get("include_usage")),
-                       rid or None)
+                       rid or None,
+                       isinstance(options, dict) and bool(options.get("continuous_usage_stats")))
 
 
 def _check_model(model: str, served_name: str) -> None:
@@ -177,6 +179,7 @@ class Completion:
     answer: str = ""
     split: bool = False                # --reasoning-parser and separate_reasoning
     force_reasoning: bool = False      # the request is a reasoning one (counts its tokens)
+    stuck: bool = False                # in the stall share (faults.py): hangs halfway
 
     def cut(self, produced: int, *, queued: bool) -> Completion:
         """The generation aborted after `produced` tokens (`/abort_request`): finish_reason
@@ -275,7 +278,7 @@ class ChatHandler:
             prompt_tokens=prompt_tokens, completion_tokens=plan.completion_tokens,
             reasoning_tokens=reasoning_tokens, thought=thought, answer=answer,
             split=bool(opts.reasoning_parser) and req.separate_reasoning,
-            force_reasoning=reasoning_mode)
+            force_reasoning=reasoning_mode, stuck=self.faults.stalls(digest))
 
     async def decode(self, done: Completion, streaming: bool = False) -> Completion:
         """Hold a batch slot for as long as decoding `done` takes, then count it. Returns
@@ -286,8 +289,10 @@ class ChatHandler:
                                            abort=flight.aborted):
                     delay = self.decode_seconds(done.completion_tokens)
                     started = anyio.current_time()
-                    with anyio.move_on_after(delay):
+                    with anyio.move_on_after(delay / 2 if done.stuck else delay):
                         await flight.aborted.wait()
+                    if done.stuck:
+                        await flight.aborted.wait()    # stuck halfway until aborted
                     while self.faults.is_stalled and not flight.aborted.is_set():
                         await anyio.sleep(0.05)    # the slot stays taken, as in a stuck batch
                     if flight.aborted.is_set():

@@ -12,6 +12,8 @@ _generate_chat_stream, _generate_stream_content; chunk shape from
   choice carries logprobs, finish_reason and matched_stop (null until the end);
 - a last choice chunk with delta `{"reasoning_content": null}`, the finish_reason and
   matched_stop;
+- with stream_options.continuous_usage_stats: each text chunk also carries the usage so far
+  (completion_tokens counting this chunk's tokens; _generate_stream_content);
 - with stream_options.include_usage: a chunk with `"choices": []` and the full usage;
 - `data: [DONE]`.
 The concatenated deltas are exactly the non-streaming message's texts (the streaming
@@ -30,6 +32,7 @@ import anyio
 
 from .batch_slots import Aborted
 from .chat_completion import ChatHandler, ChatRequest, Completion
+from .reasoning_split import usage
 
 STEP_TOKENS = 16
 
@@ -39,11 +42,14 @@ def _sse(obj: dict[str, Any]) -> str:
 
 
 def _chunk(done: Completion, delta: dict[str, Any], finish_reason: str | None = None,
-           matched_stop: int | None = None) -> str:
-    return _sse({"id": done.rid, "object": "chat.completion.chunk", "created": done.created,
-                 "model": done.model,
-                 "choices": [{"index": 0, "delta": delta, "logprobs": None,
-                              "finish_reason": finish_reason, "matched_stop": matched_stop}]})
+           matched_stop: int | None = None, running: dict[str, Any] | None = None) -> str:
+    obj = {"id": done.rid, "object": "chat.completion.chunk", "created": done.created,
+           "model": done.model,
+           "choices": [{"index": 0, "delta": delta, "logprobs": None,
+                        "finish_reason": finish_reason, "matched_stop": matched_stop}]}
+    if running is not None:
+        obj["usage"] = running
+    return _sse(obj)
 
 
 def _pieces(text: str, step: int) -> list[str]:
@@ -71,7 +77,10 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
                 sent = 0
                 deltas = [("reasoning_content", p) for p in reasoning] + \
                     [("content", p) for p in content]
-                for key, piece in deltas:
+                stuck_at = len(deltas) // 2 if done.stuck else -1
+                for i, (key, piece) in enumerate(deltas):
+                    if i == stuck_at:
+                        await flight.aborted.wait()    # stuck halfway until aborted
                     if pause > 0:
                         with anyio.move_on_after(pause):
                             await flight.aborted.wait()
@@ -79,8 +88,12 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
                         break
                     delta = {"reasoning_content": piece} if key == "reasoning_content" \
                         else {"reasoning_content": None, "content": piece}
-                    yield _chunk(done, delta)
                     sent += len(piece.split())
+                    running = None
+                    if req.continuous_usage:
+                        running = usage(done.prompt_tokens, min(sent, done.completion_tokens),
+                                        min(sent, done.reasoning_tokens))
+                    yield _chunk(done, delta, running=running)
                 while handler.faults.is_stalled and not flight.aborted.is_set():
                     await anyio.sleep(0.05)        # the slot stays taken, as in a stuck batch
                 if flight.aborted.is_set():

@@ -13,11 +13,15 @@ runs against the real symptoms:
   a hung server and a dead one. SIGTERM is not acted on either (the handler never runs
   again), so the supervisor has to escalate to SIGKILL, as with a wedged NCCL call;
 - stall: health stays 200 but no request ever completes (a scheduler stuck in a loop);
+- stall share: a share of the prompts (a stable subset) get stuck halfway through their
+  first request, the server otherwise fine: the request sends no more tokens until it is
+  aborted; retried, it completes (a stuck request, not a stuck server);
 - empty outputs at a rate: content "" and reasoning_content null.
 """
 
 from __future__ import annotations
 
+import hashlib
 import os
 import signal
 import sys
@@ -41,6 +45,19 @@ class FaultState:
     empty_rate: float = 0.0
     children: list[Popen] = field(default_factory=list)
     loading: bool = True       # OOM during load says something different from OOM in decode
+    stall_share: float = 0.0
+    _stalled: set[bytes] = field(default_factory=set)
+
+    def stalls(self, digest: bytes) -> bool:
+        """Whether this request of the prompt gets stuck: prompts in the stall share, on
+        their first request only."""
+        if self.stall_share <= 0 or digest in self._stalled:
+            return False
+        draw = int.from_bytes(hashlib.blake2b(digest + b"stall", digest_size=8).digest(), "big")
+        if (draw + 0.5) / 2.0 ** 64 >= self.stall_share:
+            return False
+        self._stalled.add(digest)
+        return True
 
     @property
     def is_stalled(self) -> bool:

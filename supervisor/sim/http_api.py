@@ -109,6 +109,7 @@ def _sim_state(rt: SimRuntime) -> dict[str, Any]:
     s = rt.slots.stats
     o = rt.opts
     return {"ready": rt.ready, "fault": rt.faults.fault, "empty_rate": rt.faults.empty_rate,
+            "stall_share": rt.faults.stall_share, "aborted_rids": list(rt.chat.inflight.aborted),
             "running": s.running, "queued": s.queued, "peak_running": s.peak_running,
             "peak_queued": s.peak_queued, "requests_total": s.requests_total,
             "generation_tokens_total": s.generation_tokens_total,
@@ -182,6 +183,13 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
             return JSONResponse(error_body("body must be a JSON object"), status_code=400)
         fault = body.get("fault")
         rate = body.get("empty_rate")
+        share = body.get("stall_share")
+        if share is not None:
+            if isinstance(share, bool) or not isinstance(share, (int, float)) \
+                    or not 0 <= share <= 1:
+                return JSONResponse(error_body("stall_share must be a number within [0, 1]"),
+                                    status_code=400)
+            rt.faults.stall_share = float(share)
         if fault is not None and fault not in FAULTS:
             return JSONResponse(error_body(f"fault must be one of {', '.join(FAULTS)}"),
                                 status_code=400)
@@ -195,7 +203,8 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         elif fault is not None:
             rt.trigger_soon(fault)
         return JSONResponse({"fault": fault or rt.faults.fault,
-                             "empty_rate": rt.faults.empty_rate})
+                             "empty_rate": rt.faults.empty_rate,
+                             "stall_share": rt.faults.stall_share})
 
     async def native_generate(request: Request) -> Response:
         return await generate(rt.chat, request)

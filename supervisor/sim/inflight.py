@@ -12,6 +12,7 @@ abort_request in `sglang/srt/managers/scheduler.py`):
 
 from __future__ import annotations
 
+from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -25,9 +26,15 @@ class Flight:
     aborted: anyio.Event = field(default_factory=anyio.Event)
 
 
+ABORTED_KEPT = 1000      # the newest aborted rids /sim/state lists (for tests)
+
+
 class InFlight:
     def __init__(self) -> None:
         self._by_rid: dict[str, Flight] = {}
+        # Not in SGLang: the request ids /abort_request stopped, newest last, so a test can
+        # see that a client aborted exactly the request it meant.
+        self.aborted: deque[str] = deque(maxlen=ABORTED_KEPT)
 
     @contextmanager
     def track(self, rid: str) -> Iterator[Flight]:
@@ -48,5 +55,7 @@ class InFlight:
             return 0
         hit = [f for f in self._by_rid.values() if abort_all or f.rid.startswith(rid)]
         for f in hit:
+            if not f.aborted.is_set():
+                self.aborted.append(f.rid)
             f.aborted.set()
         return len(hit)

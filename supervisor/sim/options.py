@@ -46,6 +46,7 @@ class SimOptions:
     empty_rate: float
     children: int
     loop_share: float = 0.0
+    stall_share: float = 0.0
     disable_radix_cache: bool = False
     skip_server_warmup: bool = False
     launch_command: str = ""
@@ -123,6 +124,9 @@ def _sim_parser() -> argparse.ArgumentParser:
                    help="trigger the fault after this many completed requests")
     s.add_argument("--sim-empty-rate", type=float, default=0.0,
                    help="share of prompts answered with empty content and no reasoning")
+    s.add_argument("--sim-stall-share", type=float, default=0.0,
+                   help="share of prompts whose first request gets stuck halfway (no more "
+                        "tokens until aborted; see faults.py)")
     s.add_argument("--sim-loop-share", type=float, default=0.0,
                    help="share of the long answers (past 4,096 tokens) that loop forever "
                         "instead (see looping_text.py)")
@@ -144,6 +148,8 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         raise SystemExit("--sim-empty-rate must be within [0, 1]")
     if not 0.0 <= sim.sim_loop_share <= 1.0:
         raise SystemExit("--sim-loop-share must be within [0, 1]")
+    if not 0.0 <= sim.sim_stall_share <= 1.0:
+        raise SystemExit("--sim-stall-share must be within [0, 1]")
     if ns.max_running_requests is not None and ns.max_running_requests < 1:
         raise SystemExit("--max-running-requests must be >= 1")
     return SimOptions(
@@ -162,5 +168,6 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         fault=sim.sim_fault, fault_after_s=sim.sim_fault_after_s,
         fault_after_requests=sim.sim_fault_after_requests, empty_rate=sim.sim_empty_rate,
         children=sim.sim_children, loop_share=sim.sim_loop_share,
+        stall_share=sim.sim_stall_share,
         disable_radix_cache=ns.disable_radix_cache, skip_server_warmup=ns.skip_server_warmup,
         launch_command=" ".join(["python3", "-m", "sglang.launch_server", *rest]))

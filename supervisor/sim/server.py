@@ -100,7 +100,8 @@ async def _retraction_ticks(rt: SimRuntime) -> None:
 
 def build_runtime(opts: SimOptions) -> SimRuntime:
     children = spawn_children(opts.children, opts.port) if opts.children else []
-    faults = FaultState(empty_rate=opts.empty_rate, children=children)
+    faults = FaultState(empty_rate=opts.empty_rate, children=children,
+                        stall_share=opts.stall_share)
     metrics = None
     if opts.enable_metrics:
         set_prometheus_multiproc_dir()
