@@ -26,6 +26,9 @@ LIVE = frozenset({
     "dispatch.request_timeout_s", "dispatch.max_attempts", "dispatch.claim_batch",
     "dispatch.stop_grace_s",
     "dispatch.breaker_error_rate", "dispatch.breaker_window", "dispatch.breaker_min_samples",
+    # Read by each server's saturation guard at its next poll (servers/inflight_guard.py).
+    "dispatch.saturation_guard", "dispatch.saturation_floor", "dispatch.saturation_calm_s",
+    "dispatch.saturation_collapse_ratio",
     "uploads.concurrency", "uploads.keep_local", "uploads.retry_initial_s",
     "uploads.retry_max_s", "uploads.drain_timeout_s", "uploads.min_free_bytes",
 })

@@ -60,8 +60,11 @@ class InflightGuard:
                 await self._apply(limit, limit.max, "the saturation guard was switched off")
             self._guard = self._for = None
             return
+        policy = policy_of(d)
         if self._guard is None or limit is not self._for:
-            self._guard, self._for = SaturationGuard(limit.max, policy_of(d)), limit
+            self._guard, self._for = SaturationGuard(limit.max, policy), limit
+        elif self._guard.policy != policy:
+            self._guard.retune(policy)          # a reload changed the guard's settings
         change = self._guard.observe(GuardPoll(
             at=at, overcommitted=view.overcommitted, overcommit_reason=view.overcommit_reason,
             running=view.running, gen_throughput=view.gen_throughput, in_flight=in_flight,

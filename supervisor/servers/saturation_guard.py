@@ -104,6 +104,12 @@ class SaturationGuard:
         self._peak: deque[tuple[float, float]] = deque()
         self._collapsed_polls = 0
 
+    def retune(self, policy: GuardPolicy) -> None:
+        """New settings from a config reload, from the next poll on; the limit stays where
+        it is (a floor raised above it is reached by the next step up)."""
+        self.policy = policy
+        self.floor = min(policy.floor, self.max_limit)
+
     def observe(self, poll: GuardPoll) -> LimitChange | None:
         """Take one poll; the change of the limit if this poll changed it."""
         if not poll.figures:

@@ -70,3 +70,15 @@ async def test_no_limit_no_action():
     h.limit = None                           # not serving
     await h.guard.on_poll(OVER, 0.0, 0)
     assert h.events == []
+
+
+async def test_a_reload_retunes_the_guard_in_place():
+    h = Harness()
+    await h.guard.on_poll(OVER, 0.0, 32)                 # 32 -> 20
+    h.dispatch = replace(h.dispatch, saturation_calm_s=30.0)
+    for t in range(1, 20):                               # 19 s of calm: no longer enough
+        await h.guard.on_poll(CALM, float(t), 20)
+    assert h.limit is not None and h.limit.limit == 20 and len(h.events) == 1
+    h.dispatch = replace(h.dispatch, saturation_floor=18)
+    await h.guard.on_poll(replace(OVER, running=2), 40.0, 20)
+    assert h.limit.limit == 18                           # the new floor holds
