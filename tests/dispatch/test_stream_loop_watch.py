@@ -245,3 +245,23 @@ def test_two_copies_of_a_long_passage_are_a_loop_unless_their_numbers_differ():
                          for _ in range(30)) + "\n"
     # The same shape twice, other values: two parameter tables, not a loop.
     assert stream(filler(500, 1) + "\n" + block() + block() + filler(400, 2), 50) is None
+
+
+def test_a_loop_that_varies_a_little_is_confirmed_and_near_twin_code_blocks_are_not():
+    rng = random.Random(4)
+    passage = filler(120, 555).split()
+    words = filler(700, 9).split()
+    while len(words) < 6000:
+        # One word in twenty-five changed in each copy: no two copies alike.
+        words += [rng.choice(passage) if rng.random() < 0.04 else w for w in passage]
+    verdict = stream(" ".join(words), 64, "reasoning")
+    assert verdict is not None and not verdict.exact and verdict.part == "reasoning"
+    assert verdict.chars < len(" ".join(words)) // 3
+
+    def method(name: str) -> str:
+        return (f"    def {name}(self, batch, weights, config):\n"
+                f"        hidden = self.{name}_proj(batch)\n" + filler(450, 77) + "\n"
+                f"        return self.{name}_out(hidden, config)\n\n")
+    # Two blocks alike but for their names, as code often has: not a loop.
+    twins = filler(600, 3) + "\n" + method("encode") + method("decode") + filler(600, 4)
+    assert stream(twins, 64) is None
