@@ -31,6 +31,8 @@ log = logging.getLogger("supervisor.dispatch")
 
 ABORT_TIMEOUT_S = 5.0    # /abort_request is answered by the tokenizer manager at once
 LOOP_DRAIN_S = 10.0      # after aborting a loop, for the final usage (SGLang: one step)
+ABORT_DRAIN_S = 5.0      # after aborting a stall, for the stream's end (a stuck server may
+                         # never send it: then the stream is cut and the count is the last seen)
 _HEADERS = {"content-type": "application/json"}
 
 
@@ -70,8 +72,7 @@ async def stream_chat(client: httpx.AsyncClient, base_url: str, body: bytes, rid
     """`sa` may be passed in so a caller cancelled meanwhile still knows the tokens so far."""
     sa = sa if sa is not None else StreamAnswer()
     out = Streamed(None, sa)
-    now = anyio.current_time()
-    give_up_at = now + timeout_s
+    give_up_at = anyio.current_time() + timeout_s
     try:
         async with client.stream("POST", base_url + "/v1/chat/completions", content=body,
                                  headers=_HEADERS, timeout=timeout_s) as resp:
@@ -82,47 +83,81 @@ async def stream_chat(client: httpx.AsyncClient, base_url: str, body: bytes, rid
                 text = (await resp.aread()).decode("utf-8", "replace")
                 out.answer = classify_response(resp.status_code, text)
                 return out
-            draining = False
-            with anyio.CancelScope(deadline=min(now + stall_s, give_up_at)) as scope:
-                async for line in resp.aiter_lines():
-                    got = sa.feed(line)
-                    if got is None:
-                        if sa.error is not None or sa.nonsense is not None:
-                            break
-                        continue
-                    if draining:
-                        continue
-                    # A token: the stall clock starts again.
-                    scope.deadline = min(anyio.current_time() + stall_s, give_up_at)
-                    if watch is not None and watch.feed(
-                            got[0], got[1], generated_tokens=sa.running_tokens) is not None:
-                        out.loop = watch.verdict
-                        out.aborted = True
-                        draining = True
-                        scope.deadline = anyio.current_time() + LOOP_DRAIN_S
-                        await abort_request(client, base_url, rid)
-            if out.loop is not None:
-                out.answer = sa.answer(finish_reason="length")
-                return out
-            if scope.cancelled_caught:
-                out.aborted = True
-                if anyio.current_time() >= give_up_at:
-                    out.answer = Retryable(f"no answer within {timeout_s:g} s (streamed)",
-                                           "timeout")
-                else:
-                    out.stalled = True
-                    out.answer = Retryable(
-                        f"stalled: no token for {stall_s:g} s after {sa.tokens} tokens "
-                        f"(aborted as {rid})", "stall")
-                # The stream's reader died with the cancelled read, so the tokens it cost
-                # are the running count so far (exact with continuous_usage_stats).
-                await abort_request(client, base_url, rid)
-                return out
-            out.answer = sa.answer()
-            return out
+            await _watch(client, base_url, resp, rid, out, watch, stall_s, timeout_s,
+                         give_up_at)
     except httpx.TimeoutException as exc:
         out.answer = Retryable(f"no answer within {timeout_s:g} s ({type(exc).__name__})",
                                "timeout")
+        return out
     except httpx.TransportError as exc:
         out.gone = f"{type(exc).__name__}: {exc}"
+        return out
+    except httpx.HTTPError as exc:          # a body httpx could not decode, and the like
+        out.answer = Retryable(f"unreadable stream ({type(exc).__name__}: {exc})",
+                               "nonsense answer")
+        return out
+    if out.answer is None:
+        out.answer = sa.answer(finish_reason="length" if out.loop is not None else None)
     return out
+
+
+async def _watch(client: httpx.AsyncClient, base_url: str, resp: httpx.Response, rid: str,
+                 out: Streamed, watch: StreamLoopWatch | None, stall_s: float,
+                 timeout_s: float, give_up_at: float) -> None:
+    """Read the stream in a task of its own while this one watches the clock. The reads are
+    never cancelled on a stall: the abort goes out first and the stream then ends as the
+    server ends it (finish_reason abort and the usage: the exact tokens it cost). Only a
+    stream that does not end after that is cut."""
+    sa = out.stream
+    last_token = anyio.current_time()
+    drain_until: float | None = None        # after an abort: how long the end may take
+    ended = anyio.Event()
+    failure: BaseException | None = None
+
+    async def read() -> None:
+        nonlocal last_token, drain_until, failure
+        try:
+            async for line in resp.aiter_lines():
+                got = sa.feed(line)
+                if got is None:
+                    if sa.error is not None or sa.nonsense is not None:
+                        return
+                    continue
+                last_token = anyio.current_time()
+                if drain_until is None and watch is not None and watch.feed(
+                        got[0], got[1], generated_tokens=sa.running_tokens) is not None:
+                    out.loop = watch.verdict
+                    out.aborted = True
+                    drain_until = last_token + LOOP_DRAIN_S
+                    tg.start_soon(abort_request, client, base_url, rid)
+        except httpx.HTTPError as exc:      # raised where the caller's handlers see it
+            failure = exc
+        finally:
+            ended.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(read)
+        while not ended.is_set():
+            now = anyio.current_time()
+            deadline = drain_until if drain_until is not None else \
+                min(last_token + stall_s, give_up_at)
+            if now >= deadline:
+                if drain_until is None:
+                    out.aborted = True
+                    if now >= give_up_at:
+                        out.answer = Retryable(f"no answer within {timeout_s:g} s (streamed)",
+                                               "timeout")
+                    else:
+                        out.stalled = True
+                        out.answer = Retryable(
+                            f"stalled: no token for {stall_s:g} s after {sa.tokens} tokens "
+                            f"(aborted as {rid})", "stall")
+                    drain_until = now + ABORT_DRAIN_S
+                    await abort_request(client, base_url, rid)
+                    continue
+                break                              # the stream did not end: cut it
+            with anyio.move_on_after(deadline - now):
+                await ended.wait()
+        tg.cancel_scope.cancel()
+    if failure is not None and out.answer is None:
+        raise failure

@@ -195,3 +195,40 @@ async def test_requests_cut_off_with_their_server_are_stop_or_crash_waste(tmp_pa
         wasted = db_rows(where, "select cause, count(*), min(tokens) from waste group by cause")
         assert [(c, n) for c, n, _ in wasted] == [(cause.value, len(rows))], wasted
         assert wasted[0][2] > 0 and ledger.tokens_for(cause) > 0
+
+
+async def test_stuck_requests_are_aborted_by_their_rid_and_retried_once(tmp_path, sim_server):
+    # A fifth of the prompts get stuck halfway through their first request (the simulator's
+    # stall share); the server itself stays fine.
+    sim = sim_server("--max-running-requests", "4", "--reasoning-parser", "qwen3",
+                     "--sim-tokens-per-s", "4000", "--sim-time-scale", "1",
+                     "--sim-stall-share", "0.2")
+    rows = _rows(20)
+    store = open_store(tmp_path, rows)
+    cfg = job_config(tmp_path, generation={"max_tokens": 300}, dispatch={"stall_s": 0.5})
+    try:
+        async with dispatching(store, cfg) as (d, astore):
+            await serve_until(d, astore, Endpoint("gpu0", sim.base_url, 4),
+                              lambda c: c.done == len(rows))
+            await d.flush()
+            ledger = await astore.call(Store.token_ledger)
+            hung = d.progress("gpu0").hung
+    finally:
+        store.close()
+    events = [json.loads(detail) for (detail,) in db_rows(
+        tmp_path, "select detail from events where kind = 'request_stalled' order by id")]
+    assert events, "no request got stuck: the test proves nothing"
+    state = json.loads(httpx.get(sim.base_url + "/sim/state", timeout=5).text)
+    # Each stuck request was aborted on the server by exactly its own request id.
+    assert sorted(state["aborted_rids"]) == sorted(e["rid"] for e in events)
+    attempts = dict(db_rows(tmp_path, "select id, attempts from prompts"))
+    stuck = {e["prompt"] for e in events}
+    assert len(stuck) == len(events)                # each stuck once, then answered
+    assert all(attempts[p] == (2 if p in stuck else 1) for p in attempts)
+    assert db_rows(tmp_path, "select count(*) from prompts where status = 'done'") == \
+        [(len(rows),)]
+    # The tokens each stuck request cost are the server's own count (its abort's usage).
+    assert ledger.tokens_for(W.STALL) == sum(e["tokens"] for e in events) > 0
+    assert db_rows(tmp_path, "select count(*), sum(estimated) from waste "
+                   "where cause = 'stall'") == [(len(events), 0)]
+    assert (hung is not None) == (len(events) >= 3)     # stalls pile up: a hung server
