@@ -51,6 +51,41 @@ async def test_holders_keep_their_slots_when_the_limit_drops():
     assert len(at_entry) == 3 and max(at_entry) <= 2
 
 
+async def test_raising_the_limit_lets_waiters_in_without_a_release():
+    limit = InFlightLimit(4)
+    limit.set(1)
+    release = anyio.Event()
+    inside = 0
+
+    async def hold() -> None:
+        nonlocal inside
+        async with limit.slot():
+            inside += 1
+            await release.wait()
+
+    async with anyio.create_task_group() as tg:
+        for _ in range(3):
+            tg.start_soon(hold)
+        await wait_until(lambda: inside == 1, 5, "one holder")
+        await anyio.sleep(0.05)
+        assert inside == 1 and limit.held == 1
+        limit.set(3)
+        await wait_until(lambda: inside == 3, 5, "the waiters let in")
+        assert limit.held == 3
+        release.set()
+    assert limit.held == 0
+
+
+async def test_a_cancelled_waiter_takes_no_slot():
+    limit = InFlightLimit(1)
+    async with limit.slot():
+        with anyio.move_on_after(0.05):
+            async with limit.slot():
+                raise AssertionError("let in beyond the limit")
+        assert limit.held == 1
+    assert limit.held == 0
+
+
 async def test_a_lowered_limit_is_honoured_without_cancelling_a_request(tmp_path, sim_server):
     # 100 tokens/s and 40 at most: each request runs ~0.4 s, long enough to be seen.
     sim = sim_server("--sim-tokens-per-s", "100", "--sim-seed", "5", "--reasoning-parser",
