@@ -63,7 +63,9 @@ async def test_a_job_pauses_on_low_disk_and_finishes_once_space_returns(tmp_path
     prompts = tmp_path / "prompts.jsonl"
     write_demo_prompts(prompts, 300)
     cfg = demo_config(tmp_path, servers=1, prompts_file=prompts, output="shards",
-                      max_tokens=512, endpoint_url=None, base_port=free_base_port(1),
+                      # Room for the simulator's long thinking: at 512 most answers stop
+                      # inside it and the quality gate pauses before the disk does.
+                      max_tokens=8192, endpoint_url=None, base_port=free_base_port(1),
                       sim_flags={"sim-instant": True, "sim-startup-s": 0.5})
     statuses: list = []
     job = Job(cfg, on_status=statuses.append, status_interval_s=0.1,
