@@ -26,6 +26,8 @@ LIVE = frozenset({
     "dispatch.request_timeout_s", "dispatch.max_attempts", "dispatch.claim_batch",
     "dispatch.stop_grace_s",
     "dispatch.breaker_error_rate", "dispatch.breaker_window", "dispatch.breaker_min_samples",
+    # Read per request as it is sent (dispatcher._one).
+    "dispatch.stream", "dispatch.stall_s",
     # Read by each server's saturation guard at its next poll (servers/inflight_guard.py).
     "dispatch.saturation_guard", "dispatch.saturation_floor", "dispatch.saturation_calm_s",
     "dispatch.saturation_collapse_ratio",
