@@ -85,12 +85,17 @@ async def test_a_retracting_server_gets_its_limit_lowered_then_raised_back(
         cfg, "SELECT detail FROM events WHERE kind = 'inflight_limit' AND subject = 'gpu0' "
              "ORDER BY id")]
     steps = [(m["from"], m["to"]) for m in moves]
-    # Down a step at a time (SGLang runs all it is sent: no lower running count to go to)
-    # to the floor, then up a step per calm interval to the max.
-    assert steps == [(n, n - 1) for n in range(SLOTS, FLOOR, -1)] + \
-        [(n, n + 1) for n in range(FLOOR, SLOTS)], steps
+    downs = [m for m in moves if m["to"] < m["from"]]
+    ups = moves[len(downs):]
+    # Down from the max to the floor (a step at a time, or to what SGLang ran when a
+    # retraction had just taken some back), each move from where the last one left it;
+    # then up one step (an eighth of 8: 1) per calm interval back to the max.
+    assert moves[:len(downs)] == downs and downs and ups, steps
+    assert all(b[0] == a[1] for a, b in zip(steps, steps[1:])), steps
+    assert steps[0][0] == SLOTS and downs[-1]["to"] == FLOOR
+    assert [(m["from"], m["to"]) for m in ups] == [(n, n + 1) for n in range(FLOOR, SLOTS)]
     assert all(m["max"] == SLOTS for m in moves)
-    assert all("retracting" in m["reason"] for m in moves[:SLOTS - FLOOR])
-    assert all("calm for" in m["reason"] for m in moves[SLOTS - FLOOR:])
+    assert all("retracting" in m["reason"] for m in downs)
+    assert all("calm for" in m["reason"] for m in ups)
     lines = [r.getMessage() for r in caplog.records if r.name == "supervisor.servers"]
     assert f"gpu0: in-flight limit {SLOTS} -> {SLOTS - 1} of {SLOTS}: " in "\n".join(lines)
