@@ -236,7 +236,11 @@ _V5 = [
 # The waste ledger (state/waste_table.py): generated tokens thrown away, by cause, and the
 # tokens kept. Triggers keep `token_ledger` in step with `waste` and with the answers in
 # `prompts`, in the same transaction as the change, on every path that writes a prompt.
-_CAUSES = ", ".join(f"'{c}'" for c in WasteCause)
+# The causes as of version 6, spelled out: a migration is history and must not change when
+# WasteCause grows (a new cause needs a new version that widens the CHECK; a test holds the
+# enum to this list).
+WASTE_CAUSES_V6 = ("crash", "stop", "loop", "stall", "retry", "requeue")
+_CAUSES = ", ".join(f"'{c}'" for c in WASTE_CAUSES_V6)
 # An answer counts as kept while it is done and not a degenerate loop.
 _KEPT_NEW = "(CASE WHEN new.status = 'done' AND coalesce(new.loop, 0) = 0 THEN 1 ELSE 0 END)"
 _KEPT_OLD = "(CASE WHEN old.status = 'done' AND coalesce(old.loop, 0) = 0 THEN 1 ELSE 0 END)"
@@ -262,7 +266,7 @@ _V6 = [
     )
     """,
     "INSERT INTO token_ledger (cause) VALUES ('kept'), "
-    + ", ".join(f"('{c}')" for c in WasteCause),
+    + ", ".join(f"('{c}')" for c in WASTE_CAUSES_V6),
     """
     CREATE TRIGGER waste_totals AFTER INSERT ON waste BEGIN
         UPDATE token_ledger SET requests = requests + 1, tokens = tokens + new.tokens

@@ -153,3 +153,14 @@ def test_a_version_5_db_gains_the_ledger_with_its_answers_kept_and_loops_wasted(
         assert store._read("SELECT cause, requests, tokens, pct_of_generated "
                            "FROM audit_waste LIMIT 2") == [("kept", 2, 130, 24.53),
                                                           ("loop", 1, 400, 75.47)]
+
+
+def test_the_schema_knows_every_cause_and_refuses_others(tmp_path):
+    from state.schema import WASTE_CAUSES_V6
+    # A new cause needs a schema version that widens the waste table's CHECK.
+    assert tuple(str(c) for c in W) == WASTE_CAUSES_V6
+    with Store.open(tmp_path / "job.db") as store:
+        with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+            with store._tx() as conn:
+                conn.execute("INSERT INTO waste (time, cause, tokens) VALUES (1, 'boredom', 1)")
+        assert store.token_ledger().wasted_tokens == 0
