@@ -474,8 +474,6 @@ class Dispatcher:
             self._watched(endpoint.name, prompt.id, rid, streamed, max_tokens)
         outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started, finished,
                                 aborted_loop=streamed is not None and streamed.loop is not None)
-        # No await between leaving `claimed` and submitting: a cancellation can never see
-        # a prompt that is in neither place.
         waste: list[Outcome | Wasted] = []
         if isinstance(answer, Retryable) and not answer.tokens and sa.tokens:
             # Tokens streamed before a stall, an error chunk, a timeout or a lost connection
@@ -484,6 +482,8 @@ class Dispatcher:
                 else WasteCause.RETRY
             waste.append(Wasted(cause, sa.tokens, finished, prompt.id, endpoint.name,
                                 estimated=not sa.counted))
+        # No await between leaving `claimed` and submitting: a cancellation can never see
+        # a prompt that is in neither place.
         del serving.claimed[prompt.id]
         self._recorder.submit(waste + _with_waste(outcome, answer, endpoint.name, finished))
         p.completed += 1
