@@ -47,6 +47,7 @@ from supervisor.servers.fleet import Fleet, FleetOptions
 from supervisor.shards import ShardLoop, ShardWriter, shard_key_for, spool_dir
 from supervisor.shards.verify import (UnknownOutput, check_output_at_start, send_back,
                                        verify_output)
+from supervisor.state_backup.backup import StateBackup
 from supervisor.state_backup.node_state import NodeState
 from supervisor.state_backup.restore import RestoreRefused
 from supervisor.uploads.disk_guard import DiskGuard
@@ -94,24 +95,23 @@ class Job:
         self._started = time.time()
         self._reason = "stopped"
         self._status: StatusBuilder | None = None
-        self.node_state: Any = None
+        self.node_state: NodeState | None = None
         self._stop: GracefulStop | None = None
         self._stop_requested = anyio.Event()
         self.reload_lock = anyio.Lock()
         self.task_group: anyio.abc.TaskGroup | None = None   # where a reload's roll runs
-        self._job_lock: Any = None
         # How often "every server FAILED" is logged again while it lasts.
         self.all_failed_warn_s = 60.0
 
     # -- setup --------------------------------------------------------------------------------
 
-    def _take_lock(self) -> None:
+    def _take_lock(self) -> JobLock:
         """First of all: held until the job ends, so a second daemon on this job is refused
         here, before it could touch our socket, our servers (orphan cleanup) or our shards."""
         path = self.config.path(self.config.job.state)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            self._job_lock = JobLock(path).acquire()
+            return JobLock(path).acquire()
         except JobLocked as exc:
             raise JobError(str(exc)) from None
         except OSError as exc:
@@ -164,18 +164,18 @@ class Job:
     # -- run ----------------------------------------------------------------------------------
 
     async def run(self) -> JobResult:
-        await anyio.to_thread.run_sync(self._take_lock)
+        job_lock = await anyio.to_thread.run_sync(self._take_lock)
         try:
             bound = await anyio.to_thread.run_sync(self._bind_control)
         except BaseException:
-            self._job_lock.release()
+            job_lock.release()
             raise
         try:
             store = await anyio.to_thread.run_sync(self._open_store)
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(bound.close)
-            self._job_lock.release()
+            job_lock.release()
             raise
         astore = AsyncStore(store)
         try:
@@ -185,7 +185,7 @@ class Job:
                 # Off the loop: closing the socket file stats and unlinks it.
                 await anyio.to_thread.run_sync(bound.close)
                 await anyio.to_thread.run_sync(store.close)
-                self._job_lock.release()
+                job_lock.release()
                 self.systemd.stopped()
 
     async def _run(self, astore: AsyncStore, bound: socket_file.BoundSocket) -> JobResult:
@@ -194,7 +194,7 @@ class Job:
         spool = spool_dir(cfg)
         await anyio.to_thread.run_sync(functools.partial(spool.mkdir, parents=True, exist_ok=True))
         dispatcher = self.dispatcher = status.dispatcher = Dispatcher(astore, cfg)
-        gpu = self.gpu = status.gpu = self._gpu_sampler()
+        self.gpu = status.gpu = self._gpu_sampler()
         status.energy = await EnergyLedger.open(astore, cfg)
         # A broken uploads install fails the start here; it must never run an S3 job that
         # uploads nothing and still reports "finished".
@@ -257,7 +257,8 @@ class Job:
         return JobResult(final, self._reason)
 
     async def _supervise(self, astore: AsyncStore, bound: socket_file.BoundSocket,
-                         status: StatusBuilder, shards: ShardLoop, backup: Any) -> None:
+                         status: StatusBuilder, shards: ShardLoop,
+                         backup: StateBackup | None) -> None:
         """Servers, dispatch and the rest side by side, until the job ends or is stopped."""
         cfg, fleet, gpu = self.config, self.fleet, self.gpu
         uploader, disk_guard = self.uploader, self.disk_guard
