@@ -41,8 +41,8 @@ def adopt_shard(store: Store, shard: UploadedShard, lines: Sequence[ShardLine]) 
         if row is not None and row[0] != shard.key:
             raise AdoptionError(f"{shard.key}: the DB's shard {shard.seq} is {row[0]}")
         known = {r[0]: (r[1], r[2]) for r in conn.execute(
-            f"SELECT id, status, shard_id FROM prompts WHERE id IN "
-            f"(SELECT value FROM json_each(?))", (_json(ids),))}
+            "SELECT id, status, shard_id FROM prompts WHERE id IN "
+            "(SELECT value FROM json_each(?))", (_json(ids),))}
         strangers = [i for i in ids if i not in known]
         if strangers:
             raise AdoptionError(f"{shard.key}: {len(strangers)} ids are not in this node's "
