@@ -115,11 +115,16 @@ def config(tmp: Path, max_tokens: int, slots: int, stream: bool = False):
         "quality": {"max_bad_rate": 1.0, "max_thinking_truncated_rate": 1.0}}, base_dir=tmp)
 
 
-async def bare_loop(urls: list[str], n: int, slots: int, max_tokens: int) -> tuple[float, int]:
-    """The baseline: the same request bodies, the same concurrency, no store, no shards."""
+async def bare_loop(urls: list[str], n: int, slots: int, max_tokens: int,
+                    stream: bool = False) -> tuple[float, int]:
+    """The baseline: the same request bodies, the same concurrency, no store, no shards.
+    Streamed: each SSE line read and its JSON parsed, nothing else (what the servers' own
+    streaming costs, apart from the daemon's)."""
     cfg = config(Path("."), max_tokens, slots)
-    bodies = [json.dumps(request_body("bench", [m], cfg.generation, max_tokens)).encode()
-              for m in prompts(n)]
+    bodies = [json.dumps(request_body("bench", [m], cfg.generation, max_tokens,
+                                      rid=f"bare-{i}-{time.monotonic_ns()}" if stream else None)
+                         ).encode()
+              for i, m in enumerate(prompts(n))]
     next_i = 0
     tokens = 0
     async with httpx.AsyncClient(trust_env=False, timeout=120,
@@ -130,6 +135,16 @@ async def bare_loop(urls: list[str], n: int, slots: int, max_tokens: int) -> tup
             while next_i < n:
                 body = bodies[next_i]
                 next_i += 1
+                if stream:
+                    async with client.stream("POST", url + "/v1/chat/completions",
+                                             content=body,
+                                             headers={"content-type": "application/json"}) as r:
+                        async for line in r.aiter_lines():
+                            if line.startswith("data: {"):
+                                data = json.loads(line[6:])
+                                if data.get("usage") and not data["choices"]:
+                                    tokens += data["usage"]["completion_tokens"]
+                    continue
                 r = await client.post(url + "/v1/chat/completions", content=body,
                                       headers={"content-type": "application/json"})
                 data = r.json()
@@ -194,6 +209,7 @@ def main() -> None:
     ap.add_argument("--timed-prompts", type=int, default=1280)
     ap.add_argument("--tokens-per-s", type=float, default=200.0)
     ap.add_argument("--timed-max-tokens", type=int, default=256)
+    ap.add_argument("--only-instant", action="store_true", help="part 1 only")
     args = ap.parse_args()
 
     print(f"1. instant servers: {args.servers} x {args.slots} slots, {args.prompts} prompts")
@@ -202,11 +218,14 @@ def main() -> None:
         urls = [u for _, u in sims]
         anyio.run(bare_loop, urls, 200, args.slots, 256)            # warm both sides up
         bare: list[float] = []
+        bare_streamed: list[float] = []
         daemon: dict[bool, list[float]] = {False: [], True: []}
         cpu: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(args.repeats):
             t, _ = anyio.run(bare_loop, urls, args.prompts, args.slots, 256)
             bare.append(args.prompts / t)
+            t, _ = anyio.run(bare_loop, urls, args.prompts, args.slots, 256, True)
+            bare_streamed.append(args.prompts / t)
             for stream in (False, True):
                 t, _, c = anyio.run(daemon_path, urls, args.prompts, args.slots, 256, stream)
                 daemon[stream].append(args.prompts / t)
@@ -216,6 +235,9 @@ def main() -> None:
         def runs(xs: list[float], fmt: str = ".0f") -> str:
             return ", ".join(f"{x:{fmt}}" for x in xs)
         print(f"   bare httpx loop (unstreamed)  {b:8.0f} completions/s  (runs: {runs(bare)})")
+        bs = statistics.median(bare_streamed)
+        print(f"   bare httpx loop (streamed)    {bs:8.0f} completions/s  (runs: "
+              f"{runs(bare_streamed)})  {bs / b:.2f}x: the servers' streaming")
         for stream, target in ((False, 0.8), (True, 0.9)):
             dm = statistics.median(daemon[stream])
             name = "daemon streamed   " if stream else "daemon unstreamed "
@@ -223,9 +245,13 @@ def main() -> None:
                   f"{runs(daemon[stream])})  {dm / b:.2f}x  (target >= {target})")
             print(f"      CPU per 1,000 requests    {statistics.median(cpu[stream]):8.2f} s  "
                   f"(runs: {runs(cpu[stream], '.2f')})")
+            if stream:
+                print(f"      vs the bare streamed loop {dm / bs:8.2f}x")
     finally:
         stop_sims(sims)
 
+    if args.only_instant:
+        return
     tps, mt = args.tokens_per_s, args.timed_max_tokens
     print(f"2. slot-limited servers: {args.servers} x {args.slots} slots at {tps:g} tok/s per "
           f"request, max_tokens {mt}, {args.timed_prompts} prompts")
