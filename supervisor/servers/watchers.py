@@ -5,7 +5,8 @@ server, each ending the server's life by deciding why (the first decision wins).
   pin a worker per server).
 - health: /health_generate failing `health_failures` times in a row.
 - progress: requests in flight and none completing for `hang_timeout_s` (a server can
-  answer health checks and make no progress).
+  answer health checks and make no progress), or the dispatcher saw several of its streamed
+  requests stall (dispatch/stall_watch.py sets `hung` on the server's progress).
 - requests: an operator's restart (drained first by the server's life cycle).
 """
 
