@@ -8,11 +8,12 @@ from dataclasses import replace
 import anyio
 import pytest
 
-from supervisor.config import ServersSection
+from supervisor.config import ConfigError, ServersSection
 from supervisor.dispatch.dispatch_snapshot import ServerProgress
 from supervisor.dispatch.stall_watch import HANG_STALLS, HANG_WINDOW_S, StallWindow
 from supervisor.servers.exit_classifier import Trigger
 from supervisor.servers.watchers import Decision, watch_progress
+from tests.fixtures.dispatching import job_config
 
 
 def test_three_stalls_within_the_window_make_a_hang_and_old_ones_expire() -> None:
@@ -57,3 +58,18 @@ async def test_the_progress_watcher_restarts_a_server_the_dispatcher_found_hung(
     assert decision.outcome is not None
     assert decision.outcome.trigger is Trigger.PROGRESS
     assert decision.outcome.detail == "hang: 3 requests stalled within 300 s"
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"stall_s": 0}, "dispatch.stall_s: must be > 0"),
+    ({"stall_s": -5.0}, "dispatch.stall_s: must be > 0"),
+    ({"stream": "yes"}, "dispatch.stream"),
+])
+def test_stream_settings_are_checked(tmp_path, values, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        job_config(tmp_path, dispatch=values)
+
+
+def test_streaming_is_on_by_default_with_a_two_minute_stall(tmp_path) -> None:
+    d = job_config(tmp_path).dispatch
+    assert d.stream is True and d.stall_s == 120.0
