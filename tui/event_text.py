@@ -59,6 +59,13 @@ def describe(event: Event) -> str:
     if k == EventKind.INFLIGHT_LIMIT:
         return (f"{event.subject} in-flight limit {d.get('from', '?')} → {d.get('to', '?')} "
                 f"of {d.get('max', '?')}: {d.get('reason', '')}").rstrip(": ")
+    if k == EventKind.LOOP_ABORTED:
+        return (f"{event.subject} stopped a loop in {d.get('part', '?')} of "
+                f"{d.get('prompt', '?')} at {d.get('tokens', '?')} tokens "
+                f"(saved {d.get('saved', '?')}): {d.get('snippet', '')!r}")
+    if k == EventKind.REQUEST_STALLED:
+        return (f"{event.subject} aborted {d.get('prompt', '?')}: no token for "
+                f"{d.get('stall_s', '?')} s after {d.get('tokens', '?')} tokens; retried")
     if k == EventKind.ORPHAN_STOPPED:
         return f"{event.subject}: stopped a server left by an earlier daemon"
     rest = json.dumps(d, ensure_ascii=False, separators=(", ", ": ")) if d else ""

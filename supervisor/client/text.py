@@ -75,6 +75,11 @@ def progress_line(s: c.Status) -> str:
              f"ETA {eta(s.eta)}", f"servers {ready}/{len(s.servers)} ready"]
     if j.failed:
         parts.append(f"failed {j.failed}")
+    if q.loops_aborted_total:
+        parts.append(f"loops stopped {q.loops_aborted_total} "
+                     f"(saved {si(q.loop_tokens_saved or 0)} tok)")
+    if q.stalled_total:
+        parts.append(f"stalled {q.stalled_total}")
     return "  ".join(parts)
 
 

@@ -103,6 +103,20 @@ class _StatusCollector(Collector):
             yield GaugeMetricFamily("dflash_goodput_ratio", "Kept share of all generated "
                                     "tokens (kept / (kept + wasted))", value=w.goodput)
 
+    @staticmethod
+    def _stream_watch(q: c.Quality) -> Iterator[Metric]:
+        # Counters since the daemon started (a restart starts them again, as Prometheus
+        # expects of a counter): what watching streamed requests caught while they ran.
+        for name, doc, value in (
+                ("dflash_loops_aborted", "Looping requests aborted while they ran",
+                 q.loops_aborted_total),
+                ("dflash_loop_tokens_saved", "Tokens not generated because a loop was aborted "
+                 "early (max tokens minus tokens generated)", q.loop_tokens_saved),
+                ("dflash_requests_stalled", "Requests aborted for producing no token for "
+                 "dispatch.stall_s", q.stalled_total)):
+            if value is not None:
+                yield CounterMetricFamily(name, doc, value=value)
+
     def _gauges(self, s: c.Status) -> Iterator[Metric]:
         def gauge(name: str, doc: str, value: float | None) -> Iterator[Metric]:
             if value is not None:
@@ -134,6 +148,7 @@ class _StatusCollector(Collector):
                          "off in the answer", s.quality.answer_truncated_rate)
         yield from self._breaker(s.breaker)
         yield from self._waste(s.waste)
+        yield from self._stream_watch(s.quality)
         if s.energy is not None:
             yield from gauge("dflash_energy_kwh", "Energy the job's GPUs used so far",
                              s.energy.kwh_so_far)

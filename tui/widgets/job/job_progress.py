@@ -59,6 +59,8 @@ class JobProgress(StatusText):
             figure(f"{s.job.failed:,}", "failed", label_first=True,
                    style="bold red" if s.job.failed else None),
             *self._error_cells(s),
+            *([figure(f"{s.quality.stalled_total:,}", "stalled", label_first=True,
+                      style="bold yellow")] if s.quality.stalled_total else []),
             figure(f"{s.max_tokens:,}", "max tokens", label_first=True),
             *self._energy_cells(s),
             *self._waste_cells(s),
@@ -105,8 +107,12 @@ class JobProgress(StatusText):
         if not q.loop_rate:
             return []
         # Loops are the truncation a higher max tokens does not fix.
-        return [figure(percent(q.loop_rate), "loop", label_first=True,
-                       style="bold yellow" if q.loop_rate > 0.02 else None)]
+        cells = [figure(percent(q.loop_rate), "loop", label_first=True,
+                        style="bold yellow" if q.loop_rate > 0.02 else None)]
+        if q.loops_aborted_total:
+            # Stopped while they ran: the GPU time a loop would have burnt to max tokens.
+            cells.append(figure(f"{q.loops_aborted_total:,}", "stopped", label_first=True))
+        return cells
 
     @staticmethod
     def _energy_cells(s: Status) -> list[Text]:
