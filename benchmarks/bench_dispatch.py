@@ -48,26 +48,9 @@ from supervisor.shards.keys import shard_key_for  # noqa: E402
 from supervisor.servers.endpoint import Endpoint  # noqa: E402
 from supervisor.shards.writer import ShardWriter  # noqa: E402
 from supervisor.free_ports import free_port  # noqa: E402
+from supervisor.sim.launch import sim_argv, wait_healthy  # noqa: E402
 
 
-def sim_argv(port: int, *flags: str) -> list[str]:
-    return [sys.executable, "-m", "supervisor.sim", "--model-path", "sim/bench-model",
-            "--host", "127.0.0.1", "--port", str(port), *flags]
-
-
-def wait_healthy(base_url: str, proc: subprocess.Popen, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    with httpx.Client(trust_env=False) as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise RuntimeError(f"simulated server exited with {proc.returncode}")
-            try:
-                if client.get(base_url + "/health_generate", timeout=5.0).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.05)
-    raise RuntimeError(f"{base_url} not healthy within {timeout_s} s")
 
 
 def cpu_s() -> float:
@@ -81,7 +64,8 @@ def start_sims(count: int, flags: list[str]) -> list[tuple[subprocess.Popen, str
     for _ in range(count):
         port = free_port()
         # Thinking requests: as on SGLang, only a reasoning parser splits the trace out.
-        proc = subprocess.Popen(sim_argv(port, "--reasoning-parser", "qwen3", *flags),
+        proc = subprocess.Popen(sim_argv(port, "--reasoning-parser", "qwen3", *flags,
+                                         model_path="sim/bench-model"),
                                 stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL, start_new_session=True)
         url = f"http://127.0.0.1:{port}"

@@ -31,10 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import random
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -53,6 +50,8 @@ from supervisor.sim.filler_text import count_prompt_tokens, filler  # noqa: E402
 from supervisor.sim.looping_text import (LoopPlan, loop_plan, loop_visible,  # noqa: E402
                                          prompt_words)
 from supervisor.sim.output_plan import natural_length, plan_output, prompt_digest  # noqa: E402
+from supervisor.free_ports import free_port  # noqa: E402
+from supervisor.sim.launch import kill_group, sim_argv, wait_healthy  # noqa: E402
 
 QUESTION_FILES = [ROOT / "tests" / "fixtures" / "prompts" / "chat_questions.jsonl",
                   *sorted(Path("/work/shared/data").glob("*.jsonl"))]
@@ -124,42 +123,20 @@ def human_texts(extra: Path | None) -> list[tuple[str, str]]:
     return texts
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def start_sim(seed: int, share: float) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    argv = [sys.executable, "-m", "supervisor.sim", "--model-path", "sim/bench-model",
-            "--host", "127.0.0.1", "--port", str(port), "--sim-instant",
-            "--sim-loop-share", str(share), "--sim-seed", str(seed),
-            "--reasoning-parser", "qwen3", "--context-length", str(CONTEXT)]
+    argv = sim_argv(port, "--sim-instant", "--sim-loop-share", str(share),
+                    "--sim-seed", str(seed), "--reasoning-parser", "qwen3",
+                    "--context-length", str(CONTEXT), model_path="sim/bench-model")
     proc = subprocess.Popen(argv, cwd=ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    with httpx.Client(trust_env=False) as client:
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"simulator exited with {proc.returncode}: {' '.join(argv)}")
-            try:
-                if client.get(url + "/health_generate", timeout=5).status_code == 200:
-                    return proc, url
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-    stop_sim(proc)
-    raise SystemExit(f"simulator on {url} not healthy within 60 s")
-
-
-def stop_sim(proc: subprocess.Popen) -> None:
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+        wait_healthy(url, proc, timeout_s=60, poll_s=0.1)
+    except RuntimeError as exc:
+        kill_group(proc)
+        raise SystemExit(f"{exc}: {' '.join(argv)}") from None
+    return proc, url
 
 
 @dataclass(frozen=True)
@@ -329,7 +306,7 @@ def main() -> None:
             anyio.run(run_sim_set, url, requests(args.prompts, seed), seed, args.loop_share,
                       args.max_tokens, tally)
         finally:
-            stop_sim(proc)
+            kill_group(proc)
         run_human(texts, seed, tally)
         tallies.append(tally)
         share = tally.saved / tally.decoded_today if tally.decoded_today else float("nan")

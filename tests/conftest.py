@@ -12,7 +12,8 @@ import pytest
 from blockbuster import blockbuster_ctx
 
 from supervisor.free_ports import free_port
-from tests.fixtures.sim_servers import SimServer, sim_argv, wait_healthy
+from supervisor.sim.launch import sim_argv, wait_healthy
+from tests.fixtures.sim_servers import SimServer
 
 
 @pytest.fixture(scope="session")

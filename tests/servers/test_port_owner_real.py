@@ -17,7 +17,7 @@ from supervisor.gpu.fake_source import FakeGpuSource
 from supervisor.job.main_loop import Job
 from supervisor.servers.port_owner import port_holder, served_by_group
 from tests.fixtures.real_job import fast_fleet, job_config, transitions
-from tests.fixtures.sim_servers import sim_argv, wait_healthy
+from supervisor.sim.launch import sim_argv, wait_healthy
 
 pytestmark = pytest.mark.slow
 

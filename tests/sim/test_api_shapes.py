@@ -7,7 +7,7 @@ import time
 
 import httpx
 
-from tests.fixtures.sim_servers import wait_healthy
+from supervisor.sim.launch import wait_healthy
 
 THINK = {"separate_reasoning": True, "chat_template_kwargs": {"enable_thinking": True}}
 
