@@ -41,13 +41,15 @@ class PromptsTable(StoreConnection):
         return n
 
     def claim(self, limit: int, server: str, now: float) -> list[ClaimedPrompt]:
-        """Up to `limit` pending prompts, in import order, now in flight on `server`."""
+        """Up to `limit` pending prompts, now in flight on `server`: the fewest attempts
+        first, in import order among equals (a retried prompt waits behind untried ones;
+        schema.py's _V7 says why and indexes the order)."""
         if limit <= 0:
             return []
         with self._tx() as conn:
             rows = conn.execute(
                 "SELECT rowid, id, messages, attempts FROM prompts WHERE status = 'pending' "
-                "ORDER BY rowid LIMIT ?", (limit,)).fetchall()
+                "ORDER BY attempts, rowid LIMIT ?", (limit,)).fetchall()
             if not rows:
                 return []
             conn.executemany(

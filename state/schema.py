@@ -21,7 +21,7 @@ import sqlite3
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.waste_causes import WasteCause
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 _V1 = [
     """
@@ -328,8 +328,16 @@ _V6 = [
     """,
 ]
 
+# Claims take pending prompts with the fewest attempts first, in import order among equals
+# (prompts_table.claim): a prompt sent back by an error waits behind every untried one
+# instead of being claimed again at once. Without it a systemic error spends the first
+# prompts' attempts in milliseconds and fails them for good before the circuit breaker's
+# window can judge, and a prompt SGLang refuses is retried back to back. The index serves
+# that order straight from the pending rows (rowid is every index's last column).
+_V7 = ["CREATE INDEX prompts_claim_order ON prompts (status, attempts)"]
+
 # version -> statements that bring the DB from version-1 to version.
-MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6}
+MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7}
 
 
 class SchemaError(RuntimeError):

@@ -541,17 +541,16 @@ class Dispatcher:
             p.errors += 1
             p.last_error = answer.error
             if self._breaker_holds(answer, server):
-                # The breaker is open (or opened on this answer, or cannot judge yet what
-                # looks systemic): the fault is the job's setting or its servers, not this
-                # prompt. Back to pending, no attempt counted, so nothing is failed while an
-                # operator looks.
+                # The breaker is open (or opened on this answer): the fault is the job's
+                # setting or its servers, not this prompt. Back to pending, no attempt
+                # counted, so nothing is failed while an operator looks.
                 return Requeue(prompt.id)
         return outcome_of(prompt, answer, server=server, model=self.config.job.model,
                           max_tokens=max_tokens, max_attempts=self.config.dispatch.max_attempts,
                           started=started, finished=finished, loop=loop)
 
     def _breaker_holds(self, answer: Answer, server: str) -> bool:
-        """Feed one error to the breaker; true while it is open or undecided."""
+        """Feed one error to the breaker; true while it is open."""
         assert not isinstance(answer, Completion)
         reason = self.breaker.observe_error(answer.kind, answer.error, server)
         if reason is not None and BREAKER not in self._paused:
@@ -565,7 +564,7 @@ class Dispatcher:
                         {"reason": reason, "error": trip.kind, "sample": trip.sample,
                          "errors": trip.counts, "servers": trip.servers}, "supervisor")
             self.poke()
-        return self.breaker.open or self.breaker.undecided
+        return self.breaker.open
 
     def _paused_on_bad_output(self, reason: str, problems: tuple[str, ...]) -> None:
         self._event(EventKind.PAUSED, "quality", {"reason": reason, "problems": list(problems)},

@@ -73,16 +73,6 @@ class ErrorBreaker:
     def trip(self) -> Trip | None:
         return self._trip
 
-    @property
-    def undecided(self) -> bool:
-        """Closed, but the errors so far are over the threshold and too few to judge. An
-        error now is held like one while open: without this a systemic error fails the
-        first prompts for good (a retried prompt is claimed again at once and spends its
-        attempts) before the window has enough samples to trip."""
-        n = len(self._recent)
-        return (self._trip is None and 0 < n < self.min_samples
-                and sum(self._kinds.values()) / n > self.max_error_rate)
-
     def observe_ok(self, server: str = "") -> None:
         self._add(None, server)
 

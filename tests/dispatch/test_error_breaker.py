@@ -108,25 +108,3 @@ def test_errors_on_every_server_name_none():
         reason = b.observe_error("HTTP 400", LORA, server)
     assert reason == f"100% of the last 4 requests failed (threshold 50%): {LORA}"
     assert b.trip is not None and b.trip.servers == {"gpu0": 2, "gpu1": 2}
-
-
-def test_errors_too_few_to_judge_but_over_the_threshold_leave_it_undecided():
-    """Undecided until min_samples: the dispatcher holds those errors like an open breaker's,
-    so a systemic error fails no prompt before the window can trip."""
-    b = ErrorBreaker(window=200, min_samples=5, max_error_rate=0.5)
-    assert not b.undecided                      # nothing seen yet
-    b.observe_error("HTTP 400", LORA)
-    assert b.undecided and not b.open
-    b.observe_ok()
-    assert not b.undecided                      # 1 of 2: at the threshold, not over it
-    for _ in range(2):
-        b.observe_error("HTTP 400", LORA)
-    assert b.undecided                          # 3 of 4
-    b.observe_error("HTTP 400", LORA)
-    assert b.open and not b.undecided           # 4 of 5: decided, open
-
-
-def test_a_rate_of_one_is_never_undecided():
-    b = ErrorBreaker(window=200, min_samples=5, max_error_rate=1.0)
-    b.observe_error("HTTP 400", LORA)
-    assert not b.undecided

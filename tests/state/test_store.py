@@ -64,6 +64,18 @@ def test_claim_in_import_order_then_nothing(store):
     assert store.counts() == StatusCounts(in_flight=5)
 
 
+def test_a_retried_prompt_waits_behind_the_untried_ones(store):
+    """Fewest attempts first: an error's retry is not claimed again at once, so a systemic
+    error meets many prompts (and the breaker's window fills) before any spends its attempts."""
+    store.import_batch(rows(4))
+    [first] = store.claim(1, "gpu0", 1.0)
+    store.record([Retry(first.id, "HTTP 400: bad template", 3)])
+    assert [c.id for c in store.claim(2, "gpu0", 2.0)] == ["p0001", "p0002"]
+    store.record([Requeue("p0001")])                    # back with no attempt counted
+    assert [c.id for c in store.claim(3, "gpu0", 3.0)] == ["p0001", "p0003", "p0000"]
+    assert store.claim(1, "gpu0", 4.0) == []
+
+
 def test_outcomes_move_prompts_and_counts(store):
     store.import_batch(rows(5))
     ids = [c.id for c in store.claim(5, "gpu0", 1.0)]
