@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from supervisor.contract.status import Event
 from supervisor.contract.event_kinds import EventKind
-from tui.formatting import one_line
+from supervisor.client.text import duration
+from tui.formatting import count, one_line
 
 
 def describe(event: Event) -> str:
@@ -60,10 +62,16 @@ def describe(event: Event) -> str:
         return (f"{event.subject} in-flight limit {d.get('from', '?')} → {d.get('to', '?')} "
                 f"of {d.get('max', '?')}: {d.get('reason', '')}").rstrip(": ")
     if k == EventKind.LOOP_ABORTED:
+        if "samples" in d:
+            return _loops_folded(event.subject, d)
         return (f"{event.subject} stopped a loop in {d.get('part', '?')} of "
                 f"{d.get('prompt', '?')} at {d.get('tokens', '?')} tokens "
                 f"(saved {d.get('saved', '?')}): {d.get('snippet', '')!r}")
     if k == EventKind.REQUEST_STALLED:
+        if "samples" in d:
+            return (f"{event.subject} aborted {_many(d, 'stalled request')} "
+                    f"{_within(d)}: no token for {d.get('stall_s', '?')} s "
+                    f"({_tokens(d.get('tokens'))} tokens lost); retried{_examples(d)}")
         return (f"{event.subject} aborted {d.get('prompt', '?')}: no token for "
                 f"{d.get('stall_s', '?')} s after {d.get('tokens', '?')} tokens; retried")
     if k == EventKind.ORPHAN_STOPPED:
@@ -82,3 +90,40 @@ def who(event: Event) -> str:
 
 def line(event: Event, limit: int = 300) -> str:
     return one_line(f"{describe(event)} — {who(event)}", limit)
+
+
+# A folded row (supervisor/dispatch/event_fold.py) stands for every request of its window:
+# the count and the sums first, then a few prompt ids to look up in the prompts table.
+_PART = {"reasoning": "thinking", "content": "answer"}
+
+
+def _loops_folded(subject: str, d: dict[str, Any]) -> str:
+    parts = d.get("parts")
+    split = ", ".join(f"{_PART.get(p, p)} {n}" for p, n in parts.items()) \
+        if isinstance(parts, dict) and len(parts) > 1 else ""
+    return (f"{subject} stopped {_many(d, 'loop')} {_within(d)} "
+            f"(saved {_tokens(d.get('saved'))} tokens" + (f"; {split}" if split else "")
+            + f"){_examples(d)}")
+
+
+def _many(d: dict[str, Any], what: str) -> str:
+    n = d.get("count")
+    return f"1 {what}" if n == 1 else f"{n if isinstance(n, int) else '?'} {what}s"
+
+
+def _within(d: dict[str, Any]) -> str:
+    window = d.get("window_s")
+    return f"in {duration(window)}" if isinstance(window, (int, float)) else "since the last"
+
+
+def _tokens(n: object) -> str:
+    return count(n) if isinstance(n, (int, float)) and not isinstance(n, bool) else "?"
+
+
+def _examples(d: dict[str, Any]) -> str:
+    samples = d.get("samples")
+    ids = [str(x.get("prompt")) for x in samples if isinstance(x, dict) and "prompt" in x] \
+        if isinstance(samples, list) else []
+    n = d.get("count")
+    more = " …" if isinstance(n, int) and n > len(ids) else ""
+    return f", e.g. {', '.join(ids)}{more}" if ids else ""

@@ -33,6 +33,7 @@ from supervisor.dispatch.bad_output_pause import BadOutputPause
 from supervisor.dispatch.completion import (Answer, Completion, Retryable, classify_response,
                                             request_body)
 from supervisor.dispatch.error_breaker import ErrorBreaker
+from supervisor.dispatch.event_fold import EventFold
 from supervisor.dispatch.inflight_limit import InFlightLimit
 from supervisor.dispatch.length_eta import LengthEta
 from supervisor.dispatch.loop_detector import is_loop
@@ -120,6 +121,8 @@ class Dispatcher:
         self._tg: anyio.abc.TaskGroup | None = None
         self._stalls = StallWindow()
         self._streamed = StreamFigures()
+        # Per-request events (loops aborted, stalls) folded to one row per server per window.
+        self._fold = EventFold(lambda *e: self.astore.call(Store.add_event, *e), clock=clock)
 
     # -- lifetime -----------------------------------------------------------------------------
 
@@ -137,10 +140,12 @@ class Dispatcher:
             async with anyio.create_task_group() as tg:
                 self._tg = tg
                 tg.start_soon(self._recorder.run, name="recorder")
+                tg.start_soon(self._fold.run, name="event-fold")
                 try:
                     yield self
                 finally:
                     with anyio.CancelScope(shield=True):
+                        await self._fold.close()
                         await self._recorder.close()
         finally:
             self._tg = None
@@ -157,6 +162,11 @@ class Dispatcher:
         await self._recorder.flush()
 
     def _event(self, kind: str, subject: str, detail: dict[str, Any], actor: str) -> None:
+        folded = self._fold.admit(kind, subject, detail, actor, self.clock())
+        if folded is None:
+            return
+        detail = folded
+
         async def add() -> None:
             await self.astore.call(Store.add_event, kind, subject, detail, actor, self.clock())
         if self._tg is not None:

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from supervisor.contract.status import Event, Histogram, ServerState
+from supervisor.dispatch.event_fold import EventFold
 from tests.fixtures import tui_status_data as data
 from tui.alerts import Severity, alerts
 from tui.event_text import describe, line, who
@@ -79,6 +80,43 @@ def test_events_read_as_sentences() -> None:
     assert describe(replace(ev("paused", "quality", {}), detail_json="not json")) == \
         "paused (quality): "
     assert line(data.EVENTS[5]).endswith("— alice (pid 52311)")
+
+
+def _folded(kind: str, details: list[dict]) -> tuple[dict, dict]:
+    """The row written at once and the summary, as the daemon's fold writes them."""
+    async def write(*_: object) -> None:
+        return None
+    fold = EventFold(write, window_s=30.0)
+    first = fold.admit(kind, "gpu2", details[0], "supervisor", 0.0)
+    for i, d in enumerate(details[1:], 1):
+        assert fold.admit(kind, "gpu2", d, "supervisor", float(i)) is None
+    (summary,) = fold.due(30.0)
+    assert first is not None
+    return first, summary.detail
+
+
+def test_folded_loops_and_stalls_read_as_one_sentence() -> None:
+    loops = [{"prompt": f"p{i}", "rid": f"p{i}#1#ab", "part": part, "tokens": 1000,
+              "saved": 15_000, "snippet": "wait, wait,"}
+             for i, part in enumerate(["reasoning"] * 6 + ["content"] * 2)]
+    first, summary = _folded("loop_aborted", loops)
+    assert describe(ev("loop_aborted", "gpu2", first)) == \
+        "gpu2 stopped a loop in reasoning of p0 at 1000 tokens (saved 15000): 'wait, wait,'"
+    assert describe(ev("loop_aborted", "gpu2", summary)) == \
+        ("gpu2 stopped 7 loops in 30s (saved 105.0k tokens; answer 2, thinking 5), "
+         "e.g. p1, p2, p3, p4, p5 …")
+    stalls = [{"prompt": f"s{i}", "rid": f"s{i}#1#cd", "tokens": 40, "stall_s": 120.0}
+              for i in range(3)]
+    first, summary = _folded("request_stalled", stalls)
+    assert describe(ev("request_stalled", "gpu2", first)) == \
+        "gpu2 aborted s0: no token for 120.0 s after 40 tokens; retried"
+    assert describe(ev("request_stalled", "gpu2", summary)) == \
+        "gpu2 aborted 2 stalled requests in 30s: no token for 120.0 s (80 tokens lost); " \
+        "retried, e.g. s1, s2"
+    # One part only: no split to show; a summary of one is singular.
+    _, one = _folded("loop_aborted", loops[:2])
+    assert describe(ev("loop_aborted", "gpu2", one)) == \
+        "gpu2 stopped 1 loop in 30s (saved 15.0k tokens), e.g. p1"
 
 
 def test_alerts_name_every_reason_to_look() -> None:
