@@ -4,13 +4,20 @@ Standard library and contract records only, like the contract itself: `dflash-su
 status --socket A --socket B` and the TUI's fleet screen both read it. Each node works its
 own partition, so the job ends when the slowest node ends: the job's ETA is the largest
 node ETA, not the remaining total over the summed rate (which would hide a straggler).
+Likewise the job's goodput is its kept tokens over all its generated tokens, every node's
+summed, not an average of the nodes' ratios (a small node would weigh as much as a big one).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from supervisor.contract.status import ServerState, Status
+from supervisor.contract.status import ServerState, ServerStatus, Status, Waste, WasteCount
+
+
+def limit_lowered(server: ServerStatus) -> bool:
+    """The saturation guard holds this server's in-flight limit below its max running."""
+    return server.inflight_limit is not None and server.inflight_limit < server.max_running
 
 
 @dataclass(frozen=True)
@@ -36,6 +43,25 @@ class NodeRow:
             return 0, 0
         servers = self.status.servers
         return sum(s.state is ServerState.READY for s in servers), len(servers)
+
+    @property
+    def goodput(self) -> float | None:
+        """Kept / generated tokens over this node's whole job; None: not known (no answer, a
+        daemon from before the waste ledger, or nothing generated yet)."""
+        w = self.status.waste if self.status is not None else None
+        return w.goodput if w is not None else None
+
+    @property
+    def wasted_tokens(self) -> int | None:
+        w = self.status.waste if self.status is not None else None
+        return w.wasted_tokens if w is not None else None
+
+    @property
+    def limited(self) -> tuple[ServerStatus, ...]:
+        """Its servers whose in-flight limit the saturation guard has lowered."""
+        if self.status is None:
+            return ()
+        return tuple(s for s in self.status.servers if limit_lowered(s))
 
     def state_text(self) -> str:
         """The one thing an operator must see about this node, or a calm word."""
@@ -66,6 +92,16 @@ class FleetTotals:
     eta_s: float | None          # None: unknown (a node silent, or one without an ETA yet)
     eta_note: str                # why unknown, or which node sets it
     partitions: str              # "3 of 3 partitions" / a warning when they do not add up
+    # The waste ledgers of the nodes that answer and have one, summed: goodput = kept /
+    # (kept + wasted), None before any of them generated a token.
+    kept_tokens: int = 0
+    wasted_tokens: int = 0
+    goodput: float | None = None
+    waste_causes: tuple[WasteCount, ...] = ()    # by cause, summed over the nodes
+    # Servers (over every node that answers) whose in-flight limit is lowered now, and how
+    # many servers there are.
+    limited_servers: int = 0
+    servers: int = 0
 
     @classmethod
     def of(cls, rows: list[NodeRow]) -> FleetTotals:
@@ -76,8 +112,15 @@ class FleetTotals:
         remaining = sum(r.remaining for r in up)
         rate = sum(r.status.rates.req_per_s for r in up if r.status)
         eta, note = _eta(rows)
+        ledgers = [r.status.waste for r in up if r.status and r.status.waste is not None]
+        kept = sum(w.kept_tokens for w in ledgers)
+        wasted = sum(w.wasted_tokens for w in ledgers)
         return cls(len(rows), len(up), total, done, failed, remaining, rate, eta, note,
-                   _partitions(up))
+                   _partitions(up), kept_tokens=kept, wasted_tokens=wasted,
+                   goodput=kept / (kept + wasted) if kept + wasted else None,
+                   waste_causes=_causes(ledgers),
+                   limited_servers=sum(len(r.limited) for r in up),
+                   servers=sum(len(r.status.servers) for r in up if r.status))
 
 
 def _eta(rows: list[NodeRow]) -> tuple[float | None, str]:
@@ -93,6 +136,16 @@ def _eta(rows: list[NodeRow]) -> tuple[float | None, str]:
     slowest = max(busy, key=lambda r: r.status.eta.seconds or 0.0)  # type: ignore[union-attr]
     assert slowest.status is not None
     return slowest.status.eta.seconds, f"partition {slowest.partition} is the slowest"
+
+
+def _causes(ledgers: list[Waste]) -> tuple[WasteCount, ...]:
+    """Each cause's requests and tokens over the nodes, in the order the nodes name them."""
+    summed: dict[str, tuple[int, int]] = {}
+    for w in ledgers:
+        for c in w.causes:
+            requests, tokens = summed.get(c.cause, (0, 0))
+            summed[c.cause] = (requests + c.requests, tokens + c.tokens)
+    return tuple(WasteCount(cause, r, t) for cause, (r, t) in summed.items())
 
 
 def _partitions(up: list[NodeRow]) -> str:

@@ -1,4 +1,5 @@
-"""The fleet screen: every node of a many-node job, one row each, and the job's total.
+"""The fleet screen: every node of a many-node job, one row each, the job's total, and the
+node under the cursor in detail (goodput, waste by cause, lowered in-flight limits and why).
 Enter opens a node's own main screen; Escape there comes back here."""
 
 from __future__ import annotations
@@ -8,11 +9,12 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import DataTable, Footer, Static
 
 from supervisor.client.fleet_totals import FleetTotals, NodeRow
 from tui.widgets.fleet.fleet_table import FleetTable
 from tui.widgets.fleet.fleet_totals_line import FleetTotalsLine
+from tui.widgets.fleet.node_detail import NodeDetail
 
 
 class FleetScreen(Screen[None]):
@@ -29,16 +31,27 @@ class FleetScreen(Screen[None]):
         yield Static(f" dflash-supervisor fleet{mode}", id="fleet-title")
         yield FleetTotalsLine()
         yield FleetTable()
+        yield NodeDetail()
         yield Footer()
 
     def watch_nodes(self, nodes: tuple[NodeRow, ...]) -> None:
         if not self.is_mounted:
             return
-        self.query_one(FleetTable).nodes = nodes
+        table = self.query_one(FleetTable)
+        table.nodes = nodes
         self.query_one(FleetTotalsLine).totals = FleetTotals.of(list(nodes))
+        self._show(table.cursor_row)
+
+    def _show(self, index: int) -> None:
+        self.query_one(NodeDetail).node = self.nodes[index] \
+            if 0 <= index < len(self.nodes) else None
 
     def on_mount(self) -> None:
         self.watch_nodes(self.nodes)
+
+    @on(DataTable.RowHighlighted)
+    def follow_cursor(self, event: DataTable.RowHighlighted) -> None:
+        self._show(event.cursor_row)
 
     @on(FleetTable.NodeSelected)
     def open_node(self, event: FleetTable.NodeSelected) -> None:

@@ -1,5 +1,7 @@
-"""One row per node of a many-node job: its partition, progress, rate, ETA, servers, upload
-backlog and the one thing to see about it. Enter on a row asks for that node's own screen
+"""One row per node of a many-node job: its partition, progress, rate, ETA, servers (with how
+many run under an in-flight limit the saturation guard lowered: `8/8 2↓` in orange), upload
+backlog, goodput and the one thing to see about it (the tokens wasted, by cause, and each
+lowered limit's reason are in the detail under the table, for the row under the cursor). Enter on a row asks for that node's own screen
 (`FleetTable.NodeSelected`); the app decides what that means."""
 
 from __future__ import annotations
@@ -13,10 +15,12 @@ from textual.widgets import DataTable
 from supervisor.client.fleet_totals import NodeRow
 from supervisor.client.text import duration
 from tui.formatting import one_line
+from tui.goodput_style import goodput_cell
+from tui.widgets.servers.server_table import OVERCOMMIT_STYLE
 
 COLUMNS = (("node", "node"), ("part", "part"), ("done", "done"), ("pct", "%"),
            ("req_s", "req/s"), ("eta", "ETA"), ("servers", "servers"), ("backlog", "backlog"),
-           ("state", "state"))
+           ("goodput", "goodput"), ("state", "state"))
 
 
 def state_cell(row: NodeRow) -> Text:
@@ -33,14 +37,22 @@ def state_cell(row: NodeRow) -> Text:
 def row_cells(row: NodeRow) -> tuple[str | Text, ...]:
     s = row.status
     if s is None:
-        return (row.socket, "?", "—", "—", "—", "—", "—", "—", state_cell(row))
-    ready, servers = row.servers_ready
+        return (row.socket, "?", "—", "—", "—", "—", "—", "—", "—", state_cell(row))
     pct = f"{100 * s.job.done / s.job.total:.1f}" if s.job.total else "—"
     eta = "—" if row.remaining == 0 else duration(s.eta.seconds, "?") + (
         "?" if s.eta.warming_up and s.eta.seconds is not None else "")
     backlog = str(s.uploads.backlog_shards) if s.uploads is not None else "—"
     return (row.socket, row.partition, f"{s.job.done:,}/{s.job.total:,}", pct,
-            f"{s.rates.req_per_s:.1f}", eta, f"{ready}/{servers}", backlog, state_cell(row))
+            f"{s.rates.req_per_s:.1f}", eta, servers_cell(row), backlog,
+            goodput_cell(row.goodput), state_cell(row))
+
+
+def servers_cell(row: NodeRow) -> Text | str:
+    """`7/8` READY of all; `8/8 2↓` in orange while 2 of them run under a lowered limit."""
+    ready, servers = row.servers_ready
+    if row.limited:
+        return Text(f"{ready}/{servers} {len(row.limited)}↓", style=OVERCOMMIT_STYLE)
+    return f"{ready}/{servers}"
 
 
 class FleetTable(DataTable[str | Text]):

@@ -11,6 +11,7 @@ from supervisor.client.text import duration
 from supervisor.contract.status import Status
 from tui.formatting import count, percent
 from tui.text_flow import figure, flow
+from tui.goodput_style import goodput_style
 from tui.widgets.status_text import StatusText
 
 
@@ -76,8 +77,7 @@ class JobProgress(StatusText):
         # loops, stalls, retries, crashes, requeues; by cause in `dflash-supervisor status`).
         # One cell, so the line still fits 100 columns. Yellow under 90%, red under 75%.
         return [figure(f"{100 * w.goodput:.1f}%", "goodput", label_first=True,
-                       style="bold red" if w.goodput < 0.75 else
-                       "bold yellow" if w.goodput < 0.9 else None)]
+                       style=goodput_style(w.goodput))]
 
     @staticmethod
     def _thinking_cells(s: Status) -> list[Text]:
