@@ -17,7 +17,7 @@ from tests.fixtures.tui_pilot import NARROW, STILL, WIDE, node, settled, until_c
 from tui.fleet_app import make_fleet_app
 from tui.screens.fleet_screen import FleetScreen
 from tui.screens.main_screen import MainScreen
-from tui.widgets.fleet.fleet_table import FleetTable
+from tui.widgets.fleet.fleet_table import FleetTable, short_names
 from tui.widgets.fleet.fleet_totals_line import FleetTotalsLine
 from tui.widgets.fleet.node_detail import NodeDetail
 from tui.widgets.servers.server_table import ServerTable
@@ -144,3 +144,14 @@ async def test_the_detail_follows_the_cursor_and_the_totals_sum_tokens() -> None
         await settled(pilot)
         assert shown() == [" /tmp/n2.sock UNREACHABLE: no daemon answers on /tmp/n2.sock: "
                            "connection refused"]
+
+
+def test_rows_name_nodes_by_what_tells_their_sockets_apart() -> None:
+    assert short_names(["/run/fleet/node0/control.sock", "/run/fleet/node1/control.sock"]) == \
+        ["node0", "node1"]
+    assert short_names(["/tmp/n0.sock", "/tmp/n1.sock"]) == ["n0.sock", "n1.sock"]
+    assert short_names(["/tmp/n0.sock", "/var/run/d/control.sock"]) == \
+        ["tmp/n0.sock", "var/run/d/control.sock"]
+    # Nothing in common, or a single socket: the path (or its last two parts) as it is.
+    assert short_names(["a.sock", "/b/a.sock"]) == ["a.sock", "/b/a.sock"]
+    assert short_names(["/run/x/control.sock"]) == ["x/control.sock"]

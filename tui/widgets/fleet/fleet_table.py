@@ -34,15 +34,33 @@ def state_cell(row: NodeRow) -> Text:
     return Text(one_line(text, 70), style=style)
 
 
-def row_cells(row: NodeRow) -> tuple[str | Text, ...]:
+def short_names(sockets: list[str]) -> list[str]:
+    """What tells the nodes' sockets apart: the path components they all share at the start
+    and at the end left out (`/run/n3/control.sock` of `/run/n*/control.sock` is `n3`), so
+    the row keeps its width for the figures; the detail under the table has the whole path."""
+    parts = [p.split("/") for p in sockets]
+    if len(parts) < 2:
+        return ["/".join(p[-2:]) for p in parts]
+    shortest = min(len(p) for p in parts)
+    lead = 0
+    while lead < shortest - 1 and len({p[lead] for p in parts}) == 1:
+        lead += 1
+    trail = 0
+    while trail < shortest - lead - 1 and len({p[-1 - trail] for p in parts}) == 1:
+        trail += 1
+    return ["/".join(p[lead:len(p) - trail]) for p in parts]
+
+
+def row_cells(row: NodeRow, name: str | None = None) -> tuple[str | Text, ...]:
     s = row.status
+    name = row.socket if name is None else name
     if s is None:
-        return (row.socket, "?", "—", "—", "—", "—", "—", "—", "—", state_cell(row))
+        return (name, "?", "—", "—", "—", "—", "—", "—", "—", state_cell(row))
     pct = f"{100 * s.job.done / s.job.total:.1f}" if s.job.total else "—"
     eta = "—" if row.remaining == 0 else duration(s.eta.seconds, "?") + (
         "?" if s.eta.warming_up and s.eta.seconds is not None else "")
     backlog = str(s.uploads.backlog_shards) if s.uploads is not None else "—"
-    return (row.socket, row.partition, f"{s.job.done:,}/{s.job.total:,}", pct,
+    return (name, row.partition, f"{s.job.done:,}/{s.job.total:,}", pct,
             f"{s.rates.req_per_s:.1f}", eta, servers_cell(row), backlog,
             goodput_cell(row.goodput), state_cell(row))
 
@@ -74,8 +92,9 @@ class FleetTable(DataTable[str | Text]):
     def watch_nodes(self, nodes: tuple[NodeRow, ...]) -> None:
         # Rows are keyed by position (the order of --socket), which never changes: cells are
         # updated in place so the cursor stays on the node the operator is looking at.
+        names = short_names([n.socket for n in nodes])
         for i, node in enumerate(nodes):
-            cells = row_cells(node)
+            cells = row_cells(node, names[i])
             key = str(i)
             if key in self._keys:
                 for (col, _), value in zip(COLUMNS, cells):
