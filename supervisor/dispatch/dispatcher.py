@@ -48,6 +48,7 @@ from supervisor.dispatch.stall_watch import StallWindow
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_loop_watch import StreamLoopWatch
 from supervisor.dispatch.stream_request import Streamed, stream_chat
+from supervisor.dispatch.worker_client import worker_client
 from supervisor.servers.endpoint import Endpoint
 
 log = logging.getLogger("supervisor.dispatch")
@@ -62,7 +63,6 @@ BREAKER = "breaker"        # the pause key of the circuit breaker (error_breaker
 @dataclass
 class _Serving:
     endpoint: Endpoint
-    client: httpx.AsyncClient
     claimed: dict[str, ClaimedPrompt] = field(default_factory=dict)  # not yet resolved
     # Requests cut off with the server's life (cancelled): completion tokens they had
     # streamed, and whether that count is the server's (not a guess), for the waste ledger.
@@ -91,13 +91,11 @@ def _with_waste(outcome: Outcome, answer: Answer, server: str,
 class Dispatcher:
     def __init__(self, astore: Any, config: JobConfig, *,
                  clock: Callable[[], float] = time.time,
-                 client: httpx.AsyncClient | None = None,
                  gone_grace_s: float = GONE_GRACE_S) -> None:
         self.astore = astore
         self.gone_grace_s = gone_grace_s
         self.config = config
         self.clock = clock
-        self._client = client
         self.max_tokens = config.generation.max_tokens
         q = config.quality
         self.quality = QualityGate(q.window, q.min_samples, q.max_bad_rate,
@@ -128,8 +126,7 @@ class Dispatcher:
 
     @asynccontextmanager
     async def running(self) -> AsyncIterator[Dispatcher]:
-        """The recorder lives here; serve() may only run inside (each serve() has its own
-        HTTP connection pool unless the caller gave a client)."""
+        """The recorder lives here; serve() may only run inside."""
         saved = await self.astore.call(Store.get_setting, Setting.MAX_TOKENS)
         if saved is not None:
             self.max_tokens = int(saved)
@@ -312,15 +309,7 @@ class Dispatcher:
     # -- serving one endpoint ----------------------------------------------------------------
 
     async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None:
-        # One connection pool per server life, unless the caller gave a client: httpcore's
-        # pool looks over all its connections each time a request starts or ends (and its
-        # idle ones against each other), so a pool per server keeps each look short (8% less
-        # dispatch CPU with two servers of 32 slots in bench_dispatch.py, more with more).
-        client = self._client if self._client is not None else httpx.AsyncClient(
-            # trust_env=False: a proxy from the environment must never carry loopback traffic.
-            trust_env=False, timeout=self.config.dispatch.request_timeout_s,
-            limits=httpx.Limits(max_connections=None, max_keepalive_connections=None))
-        serving = _Serving(endpoint, client, limit=InFlightLimit(endpoint.max_running))
+        serving = _Serving(endpoint, limit=InFlightLimit(endpoint.max_running))
         # A new life of the server: its stalls so far were its last life's.
         self.progress(endpoint.name).hung = None
         self._stalls.reset(endpoint.name)
@@ -355,9 +344,6 @@ class Dispatcher:
                 log.info("%s: %d claimed prompts back to pending", endpoint.name,
                          len(serving.claimed))
                 self.poke()
-            if client is not self._client:
-                with anyio.CancelScope(shield=True):
-                    await client.aclose()
 
     async def _wake_on(self, draining: anyio.Event, serving: _Serving) -> None:
         await draining.wait()
@@ -409,6 +395,15 @@ class Dispatcher:
                     serving.claimed.pop(i, None)
 
     async def _worker(self, serving: _Serving, recv: Any) -> None:
+        # Its own connection to the server (worker_client.py says why), for this life.
+        client = worker_client(self.config.dispatch.request_timeout_s)
+        try:
+            await self._work(serving, recv, client)
+        finally:
+            with anyio.CancelScope(shield=True):
+                await client.aclose()
+
+    async def _work(self, serving: _Serving, recv: Any, client: httpx.AsyncClient) -> None:
         async with recv:
             async for prompt in recv:
                 serving.wake.set()     # a buffer slot freed: the feeder may refill
@@ -424,13 +419,14 @@ class Dispatcher:
                         self._recorder.submit([Requeue(prompt.id)])
                         continue
                     try:
-                        await self._one(serving, prompt)
+                        await self._one(serving, client, prompt)
                     finally:
                         # Cancelled with its server, or ended without an answer: no length
                         # learnt (an answer has already left the estimator's running set).
                         self.eta.dropped(prompt.id)
 
-    async def _one(self, serving: _Serving, prompt: ClaimedPrompt) -> None:
+    async def _one(self, serving: _Serving, client: httpx.AsyncClient,
+                   prompt: ClaimedPrompt) -> None:
         endpoint = serving.endpoint
         p = self.progress(endpoint.name)
         gen = self.config.generation
@@ -452,12 +448,12 @@ class Dispatcher:
         sa = StreamAnswer()          # what has streamed in, read if the request is cut off
         try:
             if rid is not None:
-                streamed = await stream_chat(serving.client, endpoint.base_url, body, rid,
+                streamed = await stream_chat(client, endpoint.base_url, body, rid,
                                              stall_s=d.stall_s, timeout_s=timeout,
                                              watch=StreamLoopWatch(), sa=sa)
                 answer, gone = streamed.answer, streamed.gone
             else:
-                resp = await serving.client.post(
+                resp = await client.post(
                     endpoint.base_url + "/v1/chat/completions", content=body,
                     headers={"content-type": "application/json"}, timeout=timeout)
                 answer = classify_response(resp.status_code, resp.text)

@@ -59,14 +59,13 @@ def _repeat_share(tail: str) -> tuple[float, int]:
     count = len(tokens) - n + 1
     if len(tokens) < MIN_TOKENS or count <= 0:
         return 0.0, len(tokens)
-    seen: set = set()
-    repeats = 0
-    for i in range(count):
-        gram = tuple(tokens[i:i + n]) if isinstance(tokens, list) else tokens[i:i + n]
-        if gram in seen:
-            repeats += 1
-        else:
-            seen.add(gram)
+    # A gram already seen is one more than the distinct grams: count them in C (zip of the
+    # shifted lists, or the slices of a string), not in a Python loop per gram.
+    if isinstance(tokens, list):
+        distinct = len(set(zip(*(tokens[k:] for k in range(n)))))
+    else:
+        distinct = len({tokens[i:i + n] for i in range(count)})
+    repeats = count - distinct
     return repeats / count, len(tokens)
 
 

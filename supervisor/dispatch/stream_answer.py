@@ -29,8 +29,8 @@ from typing import Any
 
 from supervisor.dispatch.completion import Answer, Retryable, classify_answer, classify_response
 
-_DATA = "data:"
-_DONE = "[DONE]"
+_DATA = b"data:"
+_DONE = b"[DONE]"
 
 
 @dataclass
@@ -45,7 +45,11 @@ class StreamAnswer:
     error: tuple[int, str] | None = None  # a streamed error chunk: its code and raw JSON
     nonsense: str | None = None          # a line we could not read
     ended: bool = False                  # data: [DONE] seen
-    last_line: str = ""
+    last_payload: bytes = b""            # the last data line's JSON, as it came
+
+    @property
+    def last_line(self) -> str:
+        return self.last_payload.decode("utf-8", "replace")
 
     @property
     def tokens(self) -> int:
@@ -64,30 +68,33 @@ class StreamAnswer:
         """`tokens` is the server's own count, not the number of chunks."""
         return self.usage is not None or self.running_tokens is not None
 
-    def feed(self, line: str) -> tuple[str | None, str | None] | None:
-        """One line of the event stream. Returns (reasoning, content) when the chunk carried
-        generated text (a token arrived), else None."""
+    def feed(self, line: bytes | str) -> tuple[str | None, str | None] | None:
+        """One line of the event stream (bytes as read: json reads UTF-8 itself, so only
+        the text the answer keeps is ever decoded). Returns (reasoning, content) when the
+        chunk carried generated text (a token arrived), else None."""
+        if isinstance(line, str):
+            line = line.encode()
         if not line.startswith(_DATA):
             return None                  # blank separators, "event:" names, ": comments"
         payload = line[len(_DATA):].strip()
         if payload == _DONE:
             self.ended = True
             return None
-        self.last_line = payload
+        self.last_payload = payload
         try:
             obj = json.loads(payload)
-        except ValueError:
-            self.nonsense = payload
+        except ValueError:               # UnicodeDecodeError included
+            self.nonsense = self.last_line
             return None
         if not isinstance(obj, dict):
-            self.nonsense = payload
+            self.nonsense = self.last_line
             return None
         err = obj.get("error")
         if err is not None or obj.get("object") == "error":
             body = err if isinstance(err, dict) else obj
             code = body.get("code")
             self.error = (code if isinstance(code, int) and not isinstance(code, bool)
-                          and 400 <= code <= 599 else 500, payload)
+                          and 400 <= code <= 599 else 500, self.last_line)
             return None
         usage = obj.get("usage")
         choices = obj.get("choices")
@@ -102,7 +109,7 @@ class StreamAnswer:
             content = delta.get("content")
             finish = choice.get("finish_reason")
         except (AttributeError, IndexError, KeyError, TypeError):
-            self.nonsense = payload
+            self.nonsense = self.last_line
             return None
         if finish is not None:
             self.finish_reason = finish

@@ -16,9 +16,18 @@ _generate_chat_stream, _generate_stream_content; chunk shape from
   (completion_tokens counting this chunk's tokens; _generate_stream_content);
 - with stream_options.include_usage: a chunk with `"choices": []` and the full usage;
 - `data: [DONE]`.
+A request aborted by the scheduler with an error status (the error share, faults.py) ends
+after the text sent so far with `data: {"error": {"object": "error", "message": ...,
+"type": <the status's name, e.g. "INTERNAL_SERVER_ERROR">, "param": null, "code": <its
+value>}}` and no finish chunk; the usage chunk (with include_usage) and `data: [DONE]`
+follow (serving_chat.py _generate_chat_stream, `error_aborted`; the chunk is
+serving_base.py create_streaming_error_response with code.name and code.value).
 The concatenated deltas are exactly the non-streaming message's texts (the streaming
 reasoning detector neither strips nor reorders). SGLang sends a delta per detokenizer step;
-the simulator groups up to STEP_TOKENS tokens per delta to keep long traces cheap. A client
+the simulator groups up to STEP_TOKENS tokens per delta to keep long traces cheap
+(`--sim-stream-step`), or with step 0 sends the whole trace and the whole answer as one delta
+each, as SGLang does for a reader that lags (tokenizer_manager.py
+_coalesce_streaming_chunks: the deltas queued since the last read are joined). A client
 that disconnects frees the slot, as SGLang aborts the request; /abort_request ends the
 stream early with finish_reason "abort".
 """
@@ -31,10 +40,13 @@ from typing import Any, AsyncIterator
 import anyio
 
 from .batch_slots import Aborted
-from .chat_completion import ChatHandler, ChatRequest, Completion
+from .chat_completion import ERRORED, SCHEDULER_OOM_ABORT, ChatHandler, ChatRequest, Completion
 from .reasoning_split import usage
 
 STEP_TOKENS = 16
+# HTTPStatus.INTERNAL_SERVER_ERROR as the streamed error chunk names it (code.name, code.value).
+_OOM_ERROR = {"error": {"object": "error", "message": SCHEDULER_OOM_ABORT,
+                        "type": "INTERNAL_SERVER_ERROR", "param": None, "code": 500}}
 
 
 def _sse(obj: dict[str, Any]) -> str:
@@ -63,10 +75,15 @@ def _pieces(text: str, step: int) -> list[str]:
 
 async def stream_completion(handler: ChatHandler, req: ChatRequest,
                             done: Completion) -> AsyncIterator[str]:
-    reasoning = _pieces(done.reasoning_content or "", STEP_TOKENS)
-    content = _pieces(done.content, STEP_TOKENS)
+    # Coalesced (step 0): one delta for the trace and one for the answer, as SGLang sends
+    # what a slow reader left queued (a stuck request keeps its steps: it stops halfway).
+    step = handler.opts.stream_step or (STEP_TOKENS if done.stuck else 1 << 30)
+    reasoning = _pieces(done.reasoning_content or "", step)
+    content = _pieces(done.content, step)
     steps = max(1, len(reasoning) + len(content))
-    pause = handler.decode_seconds(done.completion_tokens) / steps
+    # Each delta is paced by the decode meter, so a change of speed (a throughput collapse)
+    # slows the deltas still to come.
+    step_tokens = done.completion_tokens / steps
     final = done
     with handler.inflight.track(done.rid) as flight:
         try:
@@ -77,13 +94,14 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
                 sent = 0
                 deltas = [("reasoning_content", p) for p in reasoning] + \
                     [("content", p) for p in content]
-                stuck_at = len(deltas) // 2 if done.stuck else -1
+                halfway = len(deltas) // 2 if done.stuck or done.errors else -1
                 for i, (key, piece) in enumerate(deltas):
-                    if i == stuck_at:
+                    if i == halfway and done.errors:
+                        final = done.failed(sent)
+                        break
+                    if i == halfway:
                         await flight.aborted.wait()    # stuck halfway until aborted
-                    if pause > 0:
-                        with anyio.move_on_after(pause):
-                            await flight.aborted.wait()
+                    await handler.meter.decode(step_tokens, flight.aborted)
                     if flight.aborted.is_set():
                         break
                     delta = {"reasoning_content": piece} if key == "reasoning_content" \
@@ -103,7 +121,11 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
             yield _chunk(done, {"reasoning_content": None, "role": "assistant", "content": ""})
     handler.slots.finished(final.prompt_tokens, final.completion_tokens)
     handler.on_finished(final.prompt_tokens, final.completion_tokens, True)
-    yield _chunk(done, {"reasoning_content": None}, final.finish_reason, final.matched_stop)
+    if final.finish_reason == ERRORED:
+        yield _sse(_OOM_ERROR)
+    else:
+        yield _chunk(done, {"reasoning_content": None}, final.finish_reason,
+                     final.matched_stop)
     if req.include_usage:
         yield _sse({"id": done.rid, "object": "chat.completion.chunk",
                     "created": done.created, "model": done.model, "choices": [],

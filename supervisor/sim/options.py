@@ -15,7 +15,7 @@ from typing import Any, Sequence
 
 from .sglang_parser import sglang_parser
 
-FAULTS = ("none", "crash", "oom", "hang", "stall", "retract")
+FAULTS = ("none", "crash", "oom", "hang", "stall", "retract", "collapse")
 
 
 @dataclass(frozen=True)
@@ -47,9 +47,12 @@ class SimOptions:
     children: int
     loop_share: float = 0.0
     stall_share: float = 0.0
+    error_share: float = 0.0
+    collapse_factor: float = 8.0
     disable_radix_cache: bool = False
     skip_server_warmup: bool = False
     launch_command: str = ""
+    stream_step: int = 16            # tokens per streamed delta; 0: one delta per part
 
     @property
     def max_total_num_tokens(self) -> int:
@@ -127,9 +130,19 @@ def _sim_parser() -> argparse.ArgumentParser:
     s.add_argument("--sim-stall-share", type=float, default=0.0,
                    help="share of prompts whose first request gets stuck halfway (no more "
                         "tokens until aborted; see faults.py)")
+    s.add_argument("--sim-error-share", type=float, default=0.0,
+                   help="share of prompts whose first request is aborted halfway with "
+                        "SGLang's out-of-memory error (mid-stream error chunk; see faults.py)")
+    s.add_argument("--sim-collapse-factor", type=float, default=8.0,
+                   help="with --sim-fault collapse: decode runs this many times slower")
     s.add_argument("--sim-loop-share", type=float, default=0.0,
                    help="share of the long answers (past 4,096 tokens) that loop forever "
                         "instead (see looping_text.py)")
+    s.add_argument("--sim-stream-step", type=int, default=16,
+                   help="tokens per streamed delta (SGLang sends one per decode step); 0: "
+                        "the whole trace in one delta and the whole answer in another, as "
+                        "SGLang coalesces the deltas a client has not read yet "
+                        "(tokenizer_manager.py _coalesce_streaming_chunks)")
     s.add_argument("--sim-children", type=int, default=0,
                    help="sleeping child processes in our process group (like SGLang's "
                         "scheduler and detokenizer)")
@@ -150,8 +163,14 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         raise SystemExit("--sim-loop-share must be within [0, 1]")
     if not 0.0 <= sim.sim_stall_share <= 1.0:
         raise SystemExit("--sim-stall-share must be within [0, 1]")
+    if not 0.0 <= sim.sim_error_share <= 1.0:
+        raise SystemExit("--sim-error-share must be within [0, 1]")
+    if not sim.sim_collapse_factor >= 1.0:
+        raise SystemExit("--sim-collapse-factor must be >= 1")
     if ns.max_running_requests is not None and ns.max_running_requests < 1:
         raise SystemExit("--max-running-requests must be >= 1")
+    if sim.sim_stream_step < 0:
+        raise SystemExit("--sim-stream-step must be >= 0")
     return SimOptions(
         model_path=ns.model_path, host=ns.host or "127.0.0.1",
         port=30000 if ns.port is None else ns.port,
@@ -168,6 +187,8 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         fault=sim.sim_fault, fault_after_s=sim.sim_fault_after_s,
         fault_after_requests=sim.sim_fault_after_requests, empty_rate=sim.sim_empty_rate,
         children=sim.sim_children, loop_share=sim.sim_loop_share,
-        stall_share=sim.sim_stall_share,
+        stall_share=sim.sim_stall_share, error_share=sim.sim_error_share,
+        collapse_factor=sim.sim_collapse_factor,
         disable_radix_cache=ns.disable_radix_cache, skip_server_warmup=ns.skip_server_warmup,
-        launch_command=" ".join(["python3", "-m", "sglang.launch_server", *rest]))
+        launch_command=" ".join(["python3", "-m", "sglang.launch_server", *rest]),
+        stream_step=sim.sim_stream_step)
