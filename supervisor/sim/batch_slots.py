@@ -2,16 +2,15 @@
 requests decode at once; the rest wait in a queue, first come first served.
 
 The counters here feed /metrics (sglang:num_running_reqs, sglang:num_queue_reqs,
-sglang:gen_throughput, sglang:generation_tokens_total) and /server_info, and the peaks let a
-test prove the limit held without sampling at the right instant.
+sglang:generation_tokens_total) and /server_info, and the peaks let a test prove the limit
+held without sampling at the right instant. (sglang:gen_throughput is measured where the
+tokens are generated: decode_meter.py.)
 """
 
 from __future__ import annotations
 
-import time
-from collections import deque
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import AsyncIterator
 
 import anyio
@@ -29,15 +28,6 @@ class BatchStats:
     # KV tokens held by the running requests (prompt + the whole planned output, reserved at
     # admission): the numerator of sglang:token_usage.
     kv_tokens: int = 0
-    # (monotonic time, tokens) of recent completions, for a windowed gen throughput
-    # like SGLang's (it reports tokens/s over its last logging interval, not since start).
-    recent: deque[tuple[float, int]] = field(default_factory=deque)
-
-    def gen_throughput(self, window_s: float = 10.0) -> float:
-        now = time.monotonic()
-        while self.recent and self.recent[0][0] < now - window_s:
-            self.recent.popleft()
-        return sum(t for _, t in self.recent) / window_s
 
 
 class Aborted(Exception):
@@ -101,6 +91,3 @@ class BatchSlots:
         s.requests_total += 1
         s.prompt_tokens_total += prompt_tokens
         s.generation_tokens_total += completion_tokens
-        s.recent.append((time.monotonic(), completion_tokens))
-        if len(s.recent) > 100_000:      # instant mode: bound memory, not accuracy
-            s.recent.popleft()

@@ -19,6 +19,7 @@ from typing import Any, Callable
 import anyio
 
 from .batch_slots import Aborted, BatchSlots
+from .decode_meter import DecodeMeter
 from .inflight import InFlight
 from .faults import FaultState
 from .filler_text import count_prompt_tokens, filler
@@ -33,6 +34,14 @@ from .reasoning_split import raw_output, split_reasoning, thinking_mode, usage
 EOS_TOKEN_ID = 151645
 # protocol.py DEFAULT_MODEL_NAME: what `model` is when the request leaves it out.
 DEFAULT_MODEL_NAME = "default"
+# The scheduler's abort of the last request of a decode batch still out of memory after
+# retracting all the others (`sglang/srt/managers/schedule_batch.py` retract_decode), with
+# status_code HTTPStatus.INTERNAL_SERVER_ERROR: the error share's answer (faults.py).
+SCHEDULER_OOM_ABORT = ("Out of memory even after retracting all other requests in the "
+                       "decode batch. Aborting the last request.")
+# The finish_reason of a generation aborted with an error status (never sent as such: the
+# client gets the error instead).
+ERRORED = "error"
 
 
 class BadRequest(Exception):
@@ -180,6 +189,7 @@ class Completion:
     split: bool = False                # --reasoning-parser and separate_reasoning
     force_reasoning: bool = False      # the request is a reasoning one (counts its tokens)
     stuck: bool = False                # in the stall share (faults.py): hangs halfway
+    errors: bool = False               # in the error share (faults.py): aborted halfway
 
     def cut(self, produced: int, *, queued: bool) -> Completion:
         """The generation aborted after `produced` tokens (`/abort_request`): finish_reason
@@ -206,6 +216,10 @@ class Completion:
                        prompt_tokens=0 if queued else self.prompt_tokens,
                        completion_tokens=produced, reasoning_tokens=reasoning_tokens)
 
+    def failed(self, produced: int) -> Completion:
+        """Aborted by the scheduler with an error status after `produced` tokens."""
+        return replace(self.cut(produced, queued=False), finish_reason=ERRORED)
+
     def usage(self) -> dict[str, Any]:
         return usage(self.prompt_tokens, self.completion_tokens, self.reasoning_tokens)
 
@@ -225,17 +239,18 @@ class Completion:
 
 class ChatHandler:
     def __init__(self, opts: SimOptions, slots: BatchSlots, faults: FaultState,
-                 on_finished: Callable[[int, int, bool], None]) -> None:
+                 on_finished: Callable[[int, int, bool], None],
+                 meter: DecodeMeter | None = None) -> None:
         self.inflight = InFlight()
+        self.meter = meter or DecodeMeter(opts.tokens_per_s, opts.time_scale, opts.instant)
         self.opts = opts
         self.slots = slots
         self.faults = faults
         self.on_finished = on_finished
 
     def decode_seconds(self, tokens: int) -> float:
-        if self.opts.instant:
-            return 0.0
-        return tokens / self.opts.tokens_per_s / self.opts.time_scale
+        """How long `tokens` take one request at the present decode speed."""
+        return self.meter.seconds_for(tokens)
 
     def prepare(self, body: Any) -> tuple[ChatRequest, Completion]:
         """Validate the request and decide the whole generation (it is a pure function of
@@ -278,7 +293,8 @@ class ChatHandler:
             prompt_tokens=prompt_tokens, completion_tokens=plan.completion_tokens,
             reasoning_tokens=reasoning_tokens, thought=thought, answer=answer,
             split=bool(opts.reasoning_parser) and req.separate_reasoning,
-            force_reasoning=reasoning_mode, stuck=self.faults.stalls(digest))
+            force_reasoning=reasoning_mode, stuck=self.faults.stalls(digest),
+            errors=self.faults.errors(digest))
 
     async def decode(self, done: Completion, streaming: bool = False) -> Completion:
         """Hold a batch slot for as long as decoding `done` takes, then count it. Returns
@@ -287,19 +303,19 @@ class ChatHandler:
             try:
                 async with self.slots.slot(done.prompt_tokens + done.completion_tokens,
                                            abort=flight.aborted):
-                    delay = self.decode_seconds(done.completion_tokens)
-                    started = anyio.current_time()
-                    with anyio.move_on_after(delay / 2 if done.stuck else delay):
-                        await flight.aborted.wait()
+                    halfway = done.stuck or done.errors
+                    tokens = done.completion_tokens
+                    produced = await self.meter.decode(tokens // 2 if halfway else tokens,
+                                                       flight.aborted)
                     if done.stuck:
                         await flight.aborted.wait()    # stuck halfway until aborted
                     while self.faults.is_stalled and not flight.aborted.is_set():
                         await anyio.sleep(0.05)    # the slot stays taken, as in a stuck batch
                     if flight.aborted.is_set():
                         # Aborted while running: SGLang lets it run one more forward pass.
-                        elapsed = anyio.current_time() - started
-                        share = elapsed / delay if delay > 0 else 1.0
-                        done = done.cut(int(share * done.completion_tokens) + 1, queued=False)
+                        done = done.cut(produced + 1, queued=False)
+                    elif done.errors:
+                        done = done.failed(produced)
             except Aborted:
                 done = done.cut(0, queued=True)
         self.slots.finished(done.prompt_tokens, done.completion_tokens)

@@ -16,6 +16,15 @@ runs against the real symptoms:
 - stall share: a share of the prompts (a stable subset) get stuck halfway through their
   first request, the server otherwise fine: the request sends no more tokens until it is
   aborted; retried, it completes (a stuck request, not a stuck server);
+- collapse: the server stays up and answers, but decodes at 1/collapse_factor of its speed
+  (a GPU thrashing its KV cache, throttled, or starved by its peers): sglang:gen_throughput
+  and the tokens the clients see fall together (decode_meter.py); `none` restores the speed;
+- error share: a share of the prompts (a stable subset) have their first request aborted
+  halfway by the scheduler with an error status, as SGLang aborts the last request of a
+  decode batch still out of memory after retracting all the others
+  (`sglang/srt/managers/schedule_batch.py` retract_decode, HTTPStatus.INTERNAL_SERVER_ERROR).
+  Streamed, the tokens so far have gone out and the stream carries SGLang's error chunk
+  (chat_stream.py); unstreamed, the answer is a 500. Retried, it completes;
 - empty outputs at a rate: content "" and reasoning_content null.
 """
 
@@ -29,6 +38,7 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from subprocess import Popen
+from typing import Callable
 
 from .child_processes import kill_children
 from .options import FAULTS
@@ -46,18 +56,22 @@ class FaultState:
     children: list[Popen] = field(default_factory=list)
     loading: bool = True       # OOM during load says something different from OOM in decode
     stall_share: float = 0.0
+    error_share: float = 0.0
+    collapse_factor: float = 8.0
+    # Told the decode speed when a collapse starts (1 / collapse_factor) or ends (1).
+    on_speed: Callable[[float], None] | None = None
     _stalled: set[bytes] = field(default_factory=set)
+    _errored: set[bytes] = field(default_factory=set)
 
     def stalls(self, digest: bytes) -> bool:
         """Whether this request of the prompt gets stuck: prompts in the stall share, on
         their first request only."""
-        if self.stall_share <= 0 or digest in self._stalled:
-            return False
-        draw = int.from_bytes(hashlib.blake2b(digest + b"stall", digest_size=8).digest(), "big")
-        if (draw + 0.5) / 2.0 ** 64 >= self.stall_share:
-            return False
-        self._stalled.add(digest)
-        return True
+        return _first_in_share(digest, self.stall_share, b"stall", self._stalled)
+
+    def errors(self, digest: bytes) -> bool:
+        """Whether this request of the prompt is aborted halfway with an error status:
+        prompts in the error share, on their first request only."""
+        return _first_in_share(digest, self.error_share, b"error", self._errored)
 
     @property
     def is_stalled(self) -> bool:
@@ -68,6 +82,8 @@ class FaultState:
         if fault not in FAULTS:
             raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
         self.fault = fault
+        if self.on_speed is not None:
+            self.on_speed(1.0 / self.collapse_factor if fault == "collapse" else 1.0)
         if fault == "crash":
             crash(self.children, during_load=self.loading)
         elif fault == "oom":
@@ -76,7 +92,21 @@ class FaultState:
             hang()
         elif fault == "stall":
             log_err("Scheduler is stuck: no forward batch finished (simulated stall)", rank="TP0")
+        elif fault == "collapse":
+            log_err(f"Decode slowed to 1/{self.collapse_factor:g} of its speed (simulated "
+                    "throughput collapse)", rank="TP0")
         # "none" lifts a stall: held requests then complete (a test can end one cleanly).
+
+
+def _first_in_share(digest: bytes, share: float, salt: bytes, seen: set[bytes]) -> bool:
+    """A stable share of the prompts (by digest), the first time each is asked."""
+    if share <= 0 or digest in seen:
+        return False
+    draw = int.from_bytes(hashlib.blake2b(digest + salt, digest_size=8).digest(), "big")
+    if (draw + 0.5) / 2.0 ** 64 >= share:
+        return False
+    seen.add(digest)
+    return True
 
 
 def _raise_crash() -> None:

@@ -20,7 +20,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
 from .batch_slots import BatchSlots
-from .chat_completion import BadRequest, ChatHandler, error_body
+from .decode_meter import DecodeMeter
+from .chat_completion import ERRORED, SCHEDULER_OOM_ABORT, BadRequest, ChatHandler, error_body
 from .chat_stream import stream_completion
 from .native_generate import abort_request, generate
 from .faults import FaultState
@@ -44,11 +45,16 @@ class SimRuntime:
     startup_time: float = 0.0            # seconds from launch to ready, as SGLang reports it
     completed: int = 0
     retraction: Retraction = field(init=False)
+    meter: DecodeMeter = field(init=False)
     chat: ChatHandler = field(init=False)
 
     def __post_init__(self) -> None:
         self.retraction = Retraction(self.slots, self.metrics)
-        self.chat = ChatHandler(self.opts, self.slots, self.faults, self._on_finished)
+        o = self.opts
+        self.meter = DecodeMeter(o.tokens_per_s, o.time_scale, instant=o.instant)
+        self.faults.on_speed = self.meter.set_speed
+        self.chat = ChatHandler(self.opts, self.slots, self.faults, self._on_finished,
+                                self.meter)
 
     def _on_finished(self, prompt_tokens: int, completion_tokens: int, streaming: bool) -> None:
         self.completed += 1
@@ -84,7 +90,7 @@ def _server_info(rt: SimRuntime) -> dict[str, Any]:
         "world_size": o.tp_size * o.dp_size,
         "startup_time": rt.startup_time,
         "effective_max_running_requests_per_dp": o.effective_max_running_requests,
-        "last_gen_throughput": rt.slots.stats.gen_throughput(),
+        "last_gen_throughput": rt.meter.read(),
         "memory_usage": {"weight": 0.0, "kvcache": 0.0, "startup_available": 0.0,
                          "token_capacity": o.max_total_num_tokens, "token_capacity_swa": None,
                          "graph": {}},
@@ -109,7 +115,9 @@ def _sim_state(rt: SimRuntime) -> dict[str, Any]:
     s = rt.slots.stats
     o = rt.opts
     return {"ready": rt.ready, "fault": rt.faults.fault, "empty_rate": rt.faults.empty_rate,
-            "stall_share": rt.faults.stall_share, "aborted_rids": list(rt.chat.inflight.aborted),
+            "stall_share": rt.faults.stall_share, "error_share": rt.faults.error_share,
+            "collapse_factor": rt.faults.collapse_factor, "decode_speed": rt.meter.speed,
+            "aborted_rids": list(rt.chat.inflight.aborted),
             "running": s.running, "queued": s.queued, "peak_running": s.peak_running,
             "peak_queued": s.peak_queued, "requests_total": s.requests_total,
             "generation_tokens_total": s.generation_tokens_total,
@@ -123,9 +131,13 @@ def scheduler_sample(rt: SimRuntime) -> SchedulerSample:
     used = min(pool, s.kv_tokens)
     return SchedulerSample(
         num_running_reqs=s.running, num_queue_reqs=s.queued,
-        gen_throughput=s.gen_throughput(), token_usage=round(used / pool, 2),
+        gen_throughput=rt.meter.read(), token_usage=round(used / pool, 2),
         num_used_tokens=used, max_total_num_tokens=pool,
         num_retracted_reqs=rt.retraction.last_retracted)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
@@ -163,7 +175,15 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         except BadRequest as exc:
             return JSONResponse(error_body(str(exc), kind=exc.kind), status_code=400)
         if not req.stream:
-            return JSONResponse((await rt.chat.decode(done)).response())
+            done = await rt.chat.decode(done)
+            if done.finish_reason == ERRORED:
+                # Aborted with a status code, unstreamed: the tokenizer manager raises an
+                # HTTPException, which serving_base.py handle_request answers with
+                # create_error_response(e.detail, err_type=str(e.status_code), code)
+                # (`sglang/srt/managers/tokenizer_manager.py` _handle_abort_finish_reason).
+                return JSONResponse(error_body(SCHEDULER_OOM_ABORT, 500, kind="500"),
+                                    status_code=500)
+            return JSONResponse(done.response())
         # Kick-started before the 200 goes out, as SGLang does (serving_chat.py).
         events = stream_completion(rt.chat, req, done)
         first = await events.__anext__()
@@ -182,29 +202,37 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         if not isinstance(body, dict):
             return JSONResponse(error_body("body must be a JSON object"), status_code=400)
         fault = body.get("fault")
-        rate = body.get("empty_rate")
-        share = body.get("stall_share")
-        if share is not None:
-            if isinstance(share, bool) or not isinstance(share, (int, float)) \
-                    or not 0 <= share <= 1:
-                return JSONResponse(error_body("stall_share must be a number within [0, 1]"),
-                                    status_code=400)
-            rt.faults.stall_share = float(share)
         if fault is not None and fault not in FAULTS:
             return JSONResponse(error_body(f"fault must be one of {', '.join(FAULTS)}"),
                                 status_code=400)
-        if rate is not None:
-            if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
-                return JSONResponse(error_body("empty_rate must be a number within [0, 1]"),
-                                    status_code=400)
-            rt.faults.empty_rate = float(rate)
-        if fault in ("none", "stall"):
+        # Every value checked before any is applied: a refused body changes nothing.
+        shares = {}
+        for key in ("empty_rate", "stall_share", "error_share"):
+            value = body.get(key)
+            if value is not None:
+                if not _number(value) or not 0 <= value <= 1:
+                    return JSONResponse(error_body(f"{key} must be a number within [0, 1]"),
+                                        status_code=400)
+                shares[key] = float(value)
+        factor = body.get("collapse_factor")
+        if factor is not None and (not _number(factor) or not factor >= 1):
+            return JSONResponse(error_body("collapse_factor must be a number >= 1"),
+                                status_code=400)
+        for key, value in shares.items():
+            setattr(rt.faults, key, value)
+        if factor is not None:
+            rt.faults.collapse_factor = float(factor)
+        if fault is None and factor is not None and rt.faults.fault == "collapse":
+            fault = "collapse"            # a new factor for the collapse under way
+        if fault in ("none", "stall", "collapse"):
             rt.faults.apply(fault)
         elif fault is not None:
             rt.trigger_soon(fault)
         return JSONResponse({"fault": fault or rt.faults.fault,
                              "empty_rate": rt.faults.empty_rate,
-                             "stall_share": rt.faults.stall_share})
+                             "stall_share": rt.faults.stall_share,
+                             "error_share": rt.faults.error_share,
+                             "collapse_factor": rt.faults.collapse_factor})
 
     async def native_generate(request: Request) -> Response:
         return await generate(rt.chat, request)

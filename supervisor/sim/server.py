@@ -12,8 +12,8 @@
 Started faults follow what they mean for a real SGLang: `--sim-fault oom` with no trigger is
 the classic out-of-memory while allocating the KV pool (a --mem-fraction-static set too
 high), so it happens while loading; `crash` and `hang` with no trigger also strike while
-loading; `stall` means ready but nothing ever finishes; `retract` is KV-pool pressure from
-the start. With --sim-fault-after-s or --sim-fault-after-requests the fault strikes mid-job
+loading; `stall` means ready but nothing ever finishes; `collapse` ready but decoding slowly;
+`retract` is KV-pool pressure from the start. With --sim-fault-after-s or --sim-fault-after-requests the fault strikes mid-job
 instead, which is what a supervisor mostly has to survive.
 """
 
@@ -56,7 +56,7 @@ async def _load(rt: SimRuntime) -> None:
     log("Load weight begin. avail mem=139.21 GB", rank="TP0")
     if opts.fault == "retract" and _immediate(opts):
         rt.faults.apply("retract")        # pressure from the first batch on
-    elif opts.fault not in ("none", "stall", "retract") and _immediate(opts):
+    elif opts.fault not in ("none", "stall", "retract", "collapse") and _immediate(opts):
         await asyncio.sleep(_scaled(opts, opts.startup_s) / 2)
         rt.faults.apply(opts.fault)       # crash/oom never return; hang never yields again
     await asyncio.sleep(_scaled(opts, opts.startup_s))
@@ -80,8 +80,8 @@ async def _warmup_then_up(rt: SimRuntime) -> None:
     rt.ready = True
     rt.startup_time = time.time() - rt.started_at
     log("The server is fired up and ready to roll!")
-    if opts.fault == "stall" and _immediate(opts):
-        rt.faults.apply("stall")
+    if opts.fault in ("stall", "collapse") and _immediate(opts):
+        rt.faults.apply(opts.fault)
     elif opts.fault_after_s is not None and opts.fault != "none":
         await asyncio.sleep(_scaled(opts, opts.fault_after_s))
         rt.faults.apply(opts.fault)
@@ -101,7 +101,8 @@ async def _retraction_ticks(rt: SimRuntime) -> None:
 def build_runtime(opts: SimOptions) -> SimRuntime:
     children = spawn_children(opts.children, opts.port) if opts.children else []
     faults = FaultState(empty_rate=opts.empty_rate, children=children,
-                        stall_share=opts.stall_share)
+                        stall_share=opts.stall_share, error_share=opts.error_share,
+                        collapse_factor=opts.collapse_factor)
     metrics = None
     if opts.enable_metrics:
         set_prometheus_multiproc_dir()

@@ -1,0 +1,135 @@
+"""The batch's decode speed and SGLang's `gen_throughput`, from one account of the tokens the
+simulated GPU generates.
+
+Every decoding request generates `tokens_per_s × time_scale × speed` tokens a real second;
+`speed` is 1 until a throughput collapse (`--sim-fault collapse`, faults.py) divides it by
+the collapse factor, and back to 1 when the fault is lifted. Requests follow a change of
+speed mid-decode (`decode` re-times the rest), so the gauge and the tokens the clients see
+slow down and recover together.
+
+The gauge is measured as SGLang's scheduler measures it
+(`sglang/srt/managers/scheduler_components/metrics_reporter.py` log_decode_stats): every
+`decode_log_interval` (40) decode steps, tokens generated since the last tick divided by the
+time since it; held while nothing decodes, and read as 0 once no tick came for
+GEN_THROUGHPUT_STALENESS_SECONDS (30 s; `_current_gen_throughput`). Here a decode step is
+one token of every running request, and the tick happens when the gauge is read, at least
+40 steps after the last one. Requests that hold a slot without decoding (stuck, stalled)
+generate nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import anyio
+
+DECODE_LOG_INTERVAL = 40            # server_args.py decode_log_interval default
+STALENESS_S = 30.0                  # metrics_reporter.py GEN_THROUGHPUT_STALENESS_SECONDS
+
+
+class DecodeMeter:
+    def __init__(self, tokens_per_s: float, time_scale: float, instant: bool = False) -> None:
+        # Tokens one request decodes a real second at full speed (inf: --sim-instant).
+        self.full_rate = math.inf if instant else tokens_per_s * time_scale
+        self.time_scale = time_scale
+        self.speed = 1.0
+        self.decoding = 0                 # requests generating tokens now
+        self._tokens = 0.0                # generated since start (an exact integral)
+        self._at = time.monotonic()       # when _tokens was last brought up to date
+        self._tic_at = self._at           # the last decode-stats tick
+        self._tic_tokens = 0.0
+        self._last_token_at = self._at
+        self.gen_throughput = 0.0         # the gauge, as of the last tick
+        # Set (and dropped) when the speed changes; made by the first decode (an Event
+        # needs the running loop).
+        self._changed: anyio.Event | None = None
+
+    @property
+    def rate(self) -> float:
+        """Tokens one request decodes a real second now."""
+        return self.full_rate * self.speed
+
+    def _settle(self) -> float:
+        now = time.monotonic()
+        if self.decoding and math.isfinite(self.rate):
+            self._tokens += self.decoding * self.rate * (now - self._at)
+            self._last_token_at = now
+        self._at = now
+        return now
+
+    def set_speed(self, speed: float) -> None:
+        """Decode at `speed` times the full rate from now on (requests in flight too)."""
+        if not speed > 0:
+            raise ValueError(f"decode speed must be above 0, got {speed}")
+        self._settle()
+        self.speed = speed
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def seconds_for(self, tokens: float) -> float:
+        """How long `tokens` take one request at the present speed."""
+        return 0.0 if math.isinf(self.rate) else tokens / self.rate
+
+    def add(self, tokens: float) -> None:
+        """Tokens generated in no time (--sim-instant): counted when they are."""
+        now = self._settle()
+        if tokens:
+            self._tokens += tokens
+            self._last_token_at = now
+
+    @contextmanager
+    def generating(self) -> Iterator[None]:
+        """Held while one request generates tokens."""
+        self._settle()
+        self.decoding += 1
+        try:
+            yield
+        finally:
+            self._settle()
+            self.decoding -= 1
+
+    async def decode(self, tokens: float, abort: anyio.Event) -> int:
+        """Generate `tokens` for one request at whatever speed holds meanwhile; returns the
+        tokens generated when `abort` is set first (all of them otherwise)."""
+        if math.isinf(self.rate):
+            self.add(tokens)
+            return int(tokens)
+        done = 0.0
+        with self.generating():
+            while done < tokens and not abort.is_set():
+                if self._changed is None:
+                    self._changed = anyio.Event()
+                rate, changed, started = self.rate, self._changed, anyio.current_time()
+                with anyio.move_on_after((tokens - done) / rate):
+                    await _first_of(abort, changed)
+                done += (anyio.current_time() - started) * rate
+        return int(tokens) if done >= tokens else int(done)
+
+    def read(self) -> float:
+        """The gauge now: a decode-stats tick first if 40 steps have passed since the last."""
+        now = self._settle()
+        steps = (now - self._tic_at) * self.rate if math.isfinite(self.rate) else math.inf
+        if self._tokens > self._tic_tokens and steps >= DECODE_LOG_INTERVAL:
+            self.gen_throughput = (self._tokens - self._tic_tokens) / max(1e-9, now - self._tic_at)
+            self._tic_at, self._tic_tokens = now, self._tokens
+        elif self._tokens == self._tic_tokens:
+            # No decoding since the tick: SGLang logs nothing, the gauge is held, then
+            # decays to 0 once stale.
+            self._tic_at = now
+            if now - self._last_token_at > STALENESS_S / self.time_scale:
+                self.gen_throughput = 0.0
+        return self.gen_throughput
+
+
+async def _first_of(a: anyio.Event, b: anyio.Event) -> None:
+    """Return when either event is set."""
+    async with anyio.create_task_group() as tg:
+        async def wait(e: anyio.Event) -> None:
+            await e.wait()
+            tg.cancel_scope.cancel()
+        tg.start_soon(wait, a)
+        tg.start_soon(wait, b)

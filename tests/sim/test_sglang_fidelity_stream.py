@@ -1,0 +1,131 @@
+"""The simulator's streamed errors, held to SGLang 0.5.23's source: a request the scheduler
+aborts with an error status mid-decode (`--sim-error-share`, faults.py) ends its stream with
+SGLang's error chunk; unstreamed it is a 500 with SGLang's error body."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+
+from supervisor.sim.chat_completion import SCHEDULER_OOM_ABORT
+from tests.fixtures.sim_servers import SimServer
+
+# `sglang/srt/managers/schedule_batch.py` retract_decode: the last request of a decode batch
+# still out of memory after retracting all the others is aborted with
+# status_code=HTTPStatus.INTERNAL_SERVER_ERROR and this message.
+OOM_MESSAGE = ("Out of memory even after retracting all other requests in the decode batch. "
+               "Aborting the last request.")
+
+
+def _chat(i: int, stream: bool) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "messages": [{"role": "user", "content": f"Write at length about subject {i}."}],
+        "max_tokens": 600, "separate_reasoning": True}
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True,
+                                                 "continuous_usage_stats": True})
+    return body
+
+
+def _events(sim: SimServer, body: dict[str, Any]) -> list[Any]:
+    """The stream's data lines, parsed ("[DONE]" kept as the string)."""
+    out: list[Any] = []
+    with httpx.stream("POST", sim.base_url + "/v1/chat/completions", json=body, timeout=30,
+                      trust_env=False) as resp:
+        assert resp.status_code == 200
+        assert resp.headers["content-type"].startswith("text/event-stream")
+        for line in resp.iter_lines():
+            if line.startswith("data: "):
+                payload = line[len("data: "):]
+                out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+def test_the_message_is_sglangs():
+    assert SCHEDULER_OOM_ABORT == OOM_MESSAGE
+
+
+def test_an_error_abort_mid_stream_sends_sglangs_error_chunk_then_usage_then_done(sim_server):
+    sim = sim_server("--sim-tokens-per-s", "20000", "--reasoning-parser", "qwen3",
+                     "--sim-error-share", "1")
+    events = _events(sim, _chat(1, stream=True))
+    # `sglang/srt/entrypoints/openai/serving_chat.py` _generate_chat_stream: an abort whose
+    # finish_reason carries an HTTPStatus yields create_streaming_error_response(message,
+    # code.name, code.value) (`serving_base.py`: json.dumps({"error": ErrorResponse}) with
+    # object "error", type, param None, code), breaks out before any finish chunk, then
+    # still sends the include_usage chunk and "data: [DONE]".
+    error = {"error": {"object": "error", "message": OOM_MESSAGE,
+                       "type": "INTERNAL_SERVER_ERROR", "param": None, "code": 500}}
+    assert events.count(error) == 1
+    at = events.index(error)
+    before, after = events[:at], events[at + 1:]
+    assert before[0]["choices"][0]["delta"] == {"reasoning_content": None,
+                                                "role": "assistant", "content": ""}
+    texts = [e for e in before[1:] if e["choices"][0]["delta"].get("content")
+             or e["choices"][0]["delta"].get("reasoning_content")]
+    assert texts and len(texts) == len(before) - 1      # text went out before the error
+    assert all(e["choices"][0]["finish_reason"] is None for e in before)
+    assert after[-1] == "[DONE]" and len(after) == 2
+    usage = after[0]
+    assert usage["choices"] == []
+    # The usage counts what was generated before the abort: the last running count.
+    assert usage["usage"]["completion_tokens"] == texts[-1]["usage"]["completion_tokens"] > 0
+
+
+def test_the_retry_of_an_aborted_prompt_completes_with_the_whole_answer(sim_server):
+    sim = sim_server("--sim-tokens-per-s", "20000", "--reasoning-parser", "qwen3",
+                     "--sim-error-share", "1")
+    first = _events(sim, _chat(2, stream=True))
+    again = _events(sim, _chat(2, stream=True))
+    assert any("error" in e for e in first if isinstance(e, dict))
+    assert not any("error" in e for e in again if isinstance(e, dict))
+    finish = [e["choices"][0]["finish_reason"] for e in again
+              if isinstance(e, dict) and e["choices"]]
+    assert finish[-1] in ("stop", "length")
+    # The text streamed before the error is the start of the whole answer.
+    def text(events: list[Any]) -> str:
+        deltas = [e["choices"][0]["delta"] for e in events
+                  if isinstance(e, dict) and e.get("choices")]
+        return "".join((d.get("reasoning_content") or "") + (d.get("content") or "")
+                       for d in deltas)
+    assert text(again).startswith(text(first)) and len(text(again)) > len(text(first))
+
+
+def test_unstreamed_the_same_abort_is_a_500_with_sglangs_error_body(sim_server):
+    sim = sim_server("--sim-tokens-per-s", "20000", "--sim-error-share", "1")
+    resp = httpx.post(sim.base_url + "/v1/chat/completions", json=_chat(3, stream=False),
+                      timeout=30, trust_env=False)
+    # `sglang/srt/managers/tokenizer_manager.py` _handle_abort_finish_reason raises
+    # HTTPException(status_code, detail=message) for a non-streamed request;
+    # `serving_base.py` handle_request answers create_error_response(e.detail,
+    # err_type=str(e.status_code), status_code=e.status_code).
+    assert resp.status_code == 500
+    assert resp.json() == {"object": "error", "message": OOM_MESSAGE, "type": "500",
+                           "param": None, "code": 500}
+    retry = httpx.post(sim.base_url + "/v1/chat/completions", json=_chat(3, stream=False),
+                       timeout=30, trust_env=False)
+    assert retry.status_code == 200
+    assert retry.json()["choices"][0]["finish_reason"] in ("stop", "length")
+
+
+def test_the_error_share_is_a_stable_share_set_at_runtime_and_checked(sim_server):
+    sim = sim_server("--sim-instant")
+    fault = sim.base_url + "/sim/fault"
+    bad = httpx.post(fault, json={"error_share": 1.5, "stall_share": 0.5}, timeout=5,
+                     trust_env=False)
+    assert bad.status_code == 400 and "error_share" in bad.json()["message"]
+    state = httpx.get(sim.base_url + "/sim/state", timeout=5, trust_env=False).json()
+    assert state["error_share"] == 0.0 and state["stall_share"] == 0.0   # nothing applied
+    ok = httpx.post(fault, json={"error_share": 0.5}, timeout=5, trust_env=False)
+    assert ok.status_code == 200 and ok.json()["error_share"] == 0.5
+
+    def failed(i: int) -> bool:
+        r = httpx.post(sim.base_url + "/v1/chat/completions", json=_chat(i, stream=False),
+                       timeout=30, trust_env=False)
+        assert r.status_code in (200, 500)
+        return r.status_code == 500
+    first = [failed(i) for i in range(40)]
+    assert 8 <= sum(first) <= 32                       # about half of the prompts
+    assert not any(failed(i) for i in range(40))       # and only their first request
