@@ -1,6 +1,8 @@
 """Why a server's life ended, in words an operator can act on, read from SGLang's own log lines.
 
-- config: exit status 2 after argparse's error line (a flag this SGLang does not take):
+- config: exit status 2 after argparse's error line (a flag this SGLang does not take), or
+  the interpreter's own word that the launch command cannot run at all (`can't open file`,
+  `No module named ...`: SGLang or one of its packages is not installed for that Python):
   restarting cannot help, so the server is FAILED at once;
 - oom: SGLang's out-of-memory lines. SGLang often ends SIGKILLed right after them (its
   launcher kills its own tree), so a signal-9 death after such a line is an OOM too;
@@ -92,6 +94,14 @@ _ARGPARSE_ERROR = re.compile(
     r"the following arguments are required)")
 # Exit status 2 is argparse's (parser.error → sys.exit(2)).
 ARGPARSE_EXIT = 2
+# Python's own lines when the command cannot run: `python3: can't open file '/x.py': [Errno
+# 2] ...`, `python3: No module named sglang` (-m on a missing package), `python3: Error while
+# finding module specification for 'sglang.launch_server' (ModuleNotFoundError: ...)` and a
+# traceback's last line `ModuleNotFoundError: No module named 'flashinfer'`. Never a
+# "[time] ..." log record: SGLang logs optional imports it falls back from.
+_CANNOT_RUN = re.compile(
+    r"^((\S+: )?(can't open file '.*': \[Errno \d+\]|No module named \S+|"
+    r"Error while finding module specification for )|ModuleNotFoundError: No module named )")
 
 
 @dataclass(frozen=True)
@@ -130,6 +140,14 @@ def find_argparse_error(lines: Iterable[str]) -> str | None:
         if _ARGPARSE_ERROR.match(line.strip()):
             found = line
     return found
+
+
+def find_cannot_run_line(lines: Iterable[str]) -> str | None:
+    """The interpreter's line saying the launch command cannot run (see _CANNOT_RUN)."""
+    for line in lines:
+        if _CANNOT_RUN.match(line.strip()):
+            return line
+    return None
 
 
 def find_watchdog_line(lines: Iterable[str]) -> str | None:
@@ -209,6 +227,11 @@ def classify(trigger: Trigger, returncode: int | None, log_lines: Iterable[str],
         if refused is not None:
             return ExitReason(ExitKind.CONFIG, f"launch flags refused: {refused.strip()[:300]}",
                               code, sig, refused)
+    if trigger is Trigger.EXITED and code:
+        cannot_run = find_cannot_run_line(lines)
+        if cannot_run is not None:
+            return ExitReason(ExitKind.CONFIG, f"the launch command cannot run ({seen}): "
+                              f"{cannot_run.strip()[:300]}", code, sig, cannot_run)
     oom = find_oom_line(lines)
     if oom is not None:
         # OOM wins over what we saw: a scheduler that OOMs can leave the HTTP front end

@@ -155,3 +155,33 @@ def test_hang_stall_startup_and_stopped() -> None:
     stopped = classify(Trigger.REQUESTED, -15, ["CUDA out of memory"], "restart by alice")
     assert stopped.kind is ExitKind.STOPPED and not stopped.is_failure
     assert classify(Trigger.SPAWN_FAILED, None, [], "no such file").kind is ExitKind.CRASH
+
+
+# Python 3.11's own lines, as printed by `python3 /nonexistent/launch.py`,
+# `python3 -m sglang.launch_server` without SGLang, and `-m` of a missing top-level module.
+CANNOT_RUN = [
+    ("/usr/bin/python3: can't open file '/opt/x/launch.py': [Errno 2] No such file or "
+     "directory", 2),
+    ("/usr/bin/python3: Error while finding module specification for 'sglang.launch_server' "
+     "(ModuleNotFoundError: No module named 'sglang')", 1),
+    ("/usr/bin/python3: No module named sglang_router", 1),
+    ("ModuleNotFoundError: No module named 'sgl_kernel'", 1),
+]
+
+
+@pytest.mark.parametrize("line, code", CANNOT_RUN)
+def test_a_command_python_cannot_run_is_a_config_error(line: str, code: int) -> None:
+    lines = ["Traceback (most recent call last):", '  File "x.py", line 1, in <module>', line] \
+        if line.startswith("ModuleNotFoundError") else [line]
+    r = classify(Trigger.EXITED, code, lines)
+    assert r.kind is ExitKind.CONFIG and r.evidence == line and r.exit_code == code
+    assert r.detail.startswith(f"the launch command cannot run (exited with code {code}): ")
+
+
+def test_missing_module_lines_in_log_records_or_signal_deaths_are_not_config_errors() -> None:
+    # SGLang logs the optional imports it falls back from; a death by signal is not the
+    # interpreter refusing to run.
+    record = T + "WARNING: ModuleNotFoundError: No module named 'vllm', falling back"
+    assert classify(Trigger.EXITED, 1, [record]).kind is ExitKind.CRASH
+    assert classify(Trigger.EXITED, -9, [CANNOT_RUN[3][0]]).kind is ExitKind.CRASH
+    assert classify(Trigger.EXITED, 0, [CANNOT_RUN[2][0]]).kind is ExitKind.CRASH

@@ -71,6 +71,26 @@ async def test_the_simulator_refusing_a_renamed_flag_is_failed_at_once(tmp_path:
     assert ts[2].detail["exit_kind"] == "config" and ts[2].detail["evidence"] == AMBIGUOUS
 
 
+async def test_a_launch_command_without_sglang_installed_is_failed_at_once(
+        tmp_path: Path) -> None:
+    # `python -m sglang.launch_server` where SGLang is not installed: Python's own line, exit
+    # 1. Restarting cannot install it: FAILED after one start, the line as the evidence.
+    cfg = job_config(tmp_path, servers=1, prompts=10,
+                     command=[sys.executable, "-m", "dflash_absent_sglang.launch_server"])
+
+    async def watch(job: Job) -> None:
+        await wait_fleet(job)
+        await wait_for(lambda: state_of(job, "gpu0") is S.FAILED, "gpu0 FAILED")
+        job.request_stop("test over")
+
+    await run_job(cfg, watch)
+    ts = transitions(cfg, "gpu0")
+    assert [t.to for t in ts] == ["STARTING", "STOPPING", "FAILED", "STOPPED"], ts
+    assert ts[2].detail["exit_kind"] == "config" and ts[2].detail["exit_code"] == 1
+    assert "No module named 'dflash_absent_sglang'" in ts[2].detail["evidence"]
+    assert "the launch command cannot run" in ts[2].reason
+
+
 async def test_refused_connections_while_loading_keep_the_server_starting(tmp_path: Path) -> None:
     prompts = 40
     cfg = job_config(tmp_path, servers=1, prompts=prompts,
