@@ -18,10 +18,11 @@ import anyio.abc
 
 from state.store import Store
 from supervisor.contract.event_kinds import EventKind
-from supervisor.config import JobConfig
+from supervisor.config import ConfigError, JobConfig
 from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused, load_for_reload
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.job.systemd_report import SystemdReport
+from supervisor.servers.flag_check import require_accepted_retune
 from supervisor.servers.fleet import Fleet, RollBusy, RollTicket
 from supervisor.uploads.disk_guard import DiskGuard
 from supervisor.uploads.uploader import Uploader
@@ -56,6 +57,7 @@ async def reload_job(job: ReloadableJob, actor: str) -> str:
                 raise ReloadRefused("this job was not started from a config file")
             new, plan = await anyio.to_thread.run_sync(
                 load_for_reload, job.reload_config, job.file_config)
+            await _require_accepted_flags(job.fleet, new, plan)
             ticket = _reserve_roll(job.fleet, plan)
         except ReloadRefused as exc:
             line = f"reload refused: {exc}"
@@ -80,6 +82,19 @@ async def reload_job(job: ReloadableJob, actor: str) -> str:
                                              event, actor, time.time())
         job.systemd.reloaded(line)
         return line
+
+
+async def _require_accepted_flags(fleet: Fleet | None, new: JobConfig,
+                                  plan: ReloadPlan) -> None:
+    # New launch flags go to the installed SGLang's parser before anything is applied: a
+    # refusal refuses the reload whole, instead of a roll that stops the first server for
+    # flags it cannot start with.
+    if fleet is None or not plan.flag_delta():
+        return
+    try:
+        await require_accepted_retune([new.servers], fleet.options.base_env)
+    except ConfigError as exc:
+        raise ReloadRefused(f"{exc}; nothing applied") from None
 
 
 def _reserve_roll(fleet: Fleet | None, plan: ReloadPlan) -> RollTicket | None:
@@ -139,7 +154,7 @@ async def _roll(fleet: Fleet, plan: ReloadPlan, actor: str, ticket: RollTicket) 
     delta = plan.flag_delta()
     try:
         if delta:
-            result = await fleet.retune(delta, None, actor, ticket)
+            result = await fleet.retune(delta, None, actor, ticket, flags_checked=True)
         else:
             result = await fleet.restart(None, actor, ticket)
     finally:

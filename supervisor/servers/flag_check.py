@@ -16,6 +16,7 @@ that interpreter has no SGLang: those are skipped with a log line.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import os
@@ -23,7 +24,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterable, Mapping, Sequence
+
+import anyio
 
 from supervisor.config import ConfigError, ServersSection
 from supervisor.servers.launch_command import build_argv
@@ -173,3 +176,21 @@ def require_accepted_flags(servers: ServersSection, env: Mapping[str, str] | Non
     else:
         log.info("launch flags not checked before launch: %s", verdict.detail)
     return verdict
+
+
+async def require_accepted_retune(sections: Iterable[ServersSection],
+                                  env: Mapping[str, str] | None = None,
+                                  runner: Runner = subprocess.run,
+                                  timeout_s: float = START_CHECK_TIMEOUT_S) -> None:
+    """Before a retune or a reload rolls: raise ConfigError when SGLang's parser refuses a
+    server's new flags, so no server is stopped for flags it cannot start with (the roll
+    would stop at the first one, a server down for nothing). One check per distinct set of
+    flags, in a worker thread (SGLang's import takes seconds)."""
+    seen: set[tuple[str, ...]] = set()
+    for servers in sections:
+        argv = tuple(build_argv(servers, servers.base_port))
+        if argv in seen:
+            continue
+        seen.add(argv)
+        await anyio.to_thread.run_sync(functools.partial(
+            require_accepted_flags, servers, env, runner, timeout_s))

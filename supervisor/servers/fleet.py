@@ -22,8 +22,9 @@ import httpx
 
 from state.async_store import AsyncStore
 from state.store import Store
-from supervisor.config import DispatchSection, JobConfig, with_flags
+from supervisor.config import ConfigError, DispatchSection, JobConfig, with_flags
 from supervisor.contract.event_kinds import EventKind
+from supervisor.servers.flag_check import require_accepted_retune
 from supervisor.servers.launch_command import build_specs
 from supervisor.servers.managed_server import FleetContext, ManagedServer
 from supervisor.servers.orphans import stop_orphan
@@ -232,17 +233,32 @@ class Fleet:
             return await self._roll(targets, actor, "restart requested")
 
     async def retune(self, flags: Mapping[str, Any], name: str | None, actor: str,
-                     ticket: RollTicket | None = None) -> RollingResult:
+                     ticket: RollTicket | None = None, *,
+                     flags_checked: bool = False) -> RollingResult:
         """New SGLang flags (None removes one) for one server or all, applied by a rolling
-        restart. Raises ConfigError before touching anything if the flags are invalid."""
+        restart. Raises ConfigError before touching anything if the flags are invalid. Flags
+        the installed SGLang's parser refuses (asked here unless the caller just did) stop
+        the roll before its first server, with argparse's line as the reason and in the
+        retune's event: the roll runs after the operator got an answer, and the check can
+        take longer than a control call may wait (SGLang's import)."""
         with self._holding(ticket, f"retune of {name}" if name else "rolling retune"):
-            return await self._retune(flags, name, actor)
+            return await self._retune(flags, name, actor, flags_checked)
 
-    async def _retune(self, flags: Mapping[str, Any], name: str | None,
-                      actor: str) -> RollingResult:
+    async def _retune(self, flags: Mapping[str, Any], name: str | None, actor: str,
+                      flags_checked: bool) -> RollingResult:
         targets = [self._server(name)] if name else list(self.servers.values())
         new = {s.name: with_flags(replace(self.config, servers=s.servers), flags).servers
                for s in targets}
+        if not flags_checked:
+            try:
+                await require_accepted_retune(new.values(), self.options.base_env)
+            except ConfigError as exc:
+                why = f"{exc}; no server was restarted"
+                log.error("retune of %s refused: %s", name or "all servers", why)
+                await self._store_call(Store.add_event, EventKind.SERVER_RETUNE, name or "*",
+                                       {"flags": dict(flags), "refused": why}, actor,
+                                       self.options.clock())
+                return RollingResult((), targets[0].name, why)
         await self._store_call(Store.add_event, EventKind.SERVER_RETUNE, name or "*",
                                {"flags": dict(flags)}, actor, self.options.clock())
         if name is None:
