@@ -98,4 +98,5 @@ async def test_a_retracting_server_gets_its_limit_lowered_then_raised_back(
     assert all("retracting" in m["reason"] for m in downs)
     assert all("calm for" in m["reason"] for m in ups)
     lines = [r.getMessage() for r in caplog.records if r.name == "supervisor.servers"]
-    assert f"gpu0: in-flight limit {SLOTS} -> {SLOTS - 1} of {SLOTS}: " in "\n".join(lines)
+    # The first move is logged as it was recorded (its target depends on what SGLang ran).
+    assert f"gpu0: in-flight limit {SLOTS} -> {downs[0]['to']} of {SLOTS}: " in "\n".join(lines)

@@ -4,6 +4,7 @@ are gone afterwards. Also checks the 80x24 layout by resizing the terminal mid-r
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -49,7 +50,8 @@ class Terminal:
 
 @pytest.fixture
 def term(tmp_path: Path) -> Iterator[Terminal]:
-    name = f"dflash-e2e-{tmp_path.name}"[:60]
+    # The tmux server is the machine's: the pid keeps two test runs (or workers) apart.
+    name = f"dflash-e2e-{os.getpid()}-{tmp_path.name}"[:60]
     t = Terminal(name)
     cmd = (f"cd {tmp_path} && {sys.executable} -m supervisor demo --tui --dir {tmp_path / 'demo'}"
            f" --prompts 50000; echo DEMO-EXIT=$?; sleep 600")
