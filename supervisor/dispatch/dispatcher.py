@@ -17,6 +17,7 @@ import secrets
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, AsyncIterator, Callable
 
 import anyio
@@ -47,7 +48,9 @@ from supervisor.dispatch.recorder import Recorder
 from supervisor.dispatch.stall_watch import StallWindow
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_loop_watch import StreamLoopWatch
-from supervisor.dispatch.stream_request import Streamed, stream_chat
+from supervisor.dispatch.stream_deadlines import StreamDeadlines
+from supervisor.dispatch.stream_request import (ABORT_TIMEOUT_S, Streamed, abort_request,
+                                                stream_chat)
 from supervisor.dispatch.worker_client import worker_client
 from supervisor.servers.endpoint import Endpoint
 
@@ -69,6 +72,7 @@ class _Serving:
     cut: dict[str, tuple[int, bool]] = field(default_factory=dict)
     wake: anyio.Event = field(default_factory=anyio.Event)
     limit: InFlightLimit | None = None     # the saturation guard may lower it live
+    deadlines: StreamDeadlines | None = None   # its streams' stall and timeout clocks
 
 
 def request_id(prompt: ClaimedPrompt) -> str:
@@ -317,16 +321,23 @@ class Dispatcher:
         self._serving[key] = serving
         prefetch = max(1, min(self.config.dispatch.claim_batch, endpoint.max_running))
         send, recv = anyio.create_memory_object_stream[ClaimedPrompt](prefetch)
+        # Aborts of stalled streams go on a connection of their own (the workers' are busy).
+        aborts = worker_client(ABORT_TIMEOUT_S)
+        serving.deadlines = StreamDeadlines(partial(abort_request, aborts, endpoint.base_url))
         try:
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(self._wake_on, draining, serving)
-                async with recv:
-                    for _ in range(endpoint.max_running):
-                        tg.start_soon(self._worker, serving, recv.clone())
-                    own = recv.clone()     # the feeder's, to take buffered prompts back
-                async with send, own:
-                    await self._feed(serving, send, own, draining, prefetch)
-                # Workers end once their request is done and the feeder has closed the buffer.
+            async with anyio.create_task_group() as clock:
+                clock.start_soon(serving.deadlines.run)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(self._wake_on, draining, serving)
+                    async with recv:
+                        for _ in range(endpoint.max_running):
+                            tg.start_soon(self._worker, serving, recv.clone())
+                        own = recv.clone()     # the feeder's, to take buffered prompts back
+                    async with send, own:
+                        await self._feed(serving, send, own, draining, prefetch)
+                    # Workers end once their request is done and the feeder has closed the
+                    # buffer.
+                clock.cancel_scope.cancel()
         finally:
             del self._serving[key]
             leftover: list[Outcome | Wasted] = [Requeue(pid) for pid in serving.claimed]
@@ -344,6 +355,8 @@ class Dispatcher:
                 log.info("%s: %d claimed prompts back to pending", endpoint.name,
                          len(serving.claimed))
                 self.poke()
+            with anyio.CancelScope(shield=True):
+                await aborts.aclose()
 
     async def _wake_on(self, draining: anyio.Event, serving: _Serving) -> None:
         await draining.wait()
@@ -448,9 +461,11 @@ class Dispatcher:
         sa = StreamAnswer()          # what has streamed in, read if the request is cut off
         try:
             if rid is not None:
+                assert serving.deadlines is not None
                 streamed = await stream_chat(client, endpoint.base_url, body, rid,
                                              stall_s=d.stall_s, timeout_s=timeout,
-                                             watch=StreamLoopWatch(), sa=sa)
+                                             watch=StreamLoopWatch(),
+                                             deadlines=serving.deadlines, sa=sa)
                 answer, gone = streamed.answer, streamed.gone
             else:
                 resp = await client.post(

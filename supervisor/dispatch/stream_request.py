@@ -6,7 +6,8 @@ that request (`sglang/srt/entrypoints/http_server.py` abort_request, TokenizerMa
 .abort_request in `sglang/srt/managers/tokenizer_manager.py`), and the stream then ends with
 finish_reason "abort" and the usage of what was produced. While the chunks arrive:
 
-- stall: no token for `stall_s` -> abort, and the answer is a retry (kind "stall");
+- stall: no token for `stall_s` -> abort (by the server's sweeper, stream_deadlines.py), and
+  the answer is a retry (kind "stall");
 - loop: the streamed loop watch (stream_loop_watch.py) confirms a loop -> abort, read the
   stream's end for the exact token count (at most LOOP_DRAIN_S), and the answer is the text
   so far recorded as cut off (finish_reason "length", flagged loop);
@@ -26,14 +27,13 @@ import httpx
 
 from supervisor.dispatch.completion import Answer, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
+from supervisor.dispatch.stream_deadlines import StreamDeadlines
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
 
 log = logging.getLogger("supervisor.dispatch")
 
 ABORT_TIMEOUT_S = 5.0    # /abort_request is answered by the tokenizer manager at once
 LOOP_DRAIN_S = 10.0      # after aborting a loop, for the final usage (SGLang: one step)
-ABORT_DRAIN_S = 5.0      # after aborting a stall, for the stream's end (a stuck server may
-                         # never send it: then the stream is cut and the count is the last seen)
 _HEADERS = {"content-type": "application/json"}
 
 
@@ -87,7 +87,7 @@ async def _lines(resp: httpx.Response) -> AsyncIterator[bytes]:
 
 async def stream_chat(client: httpx.AsyncClient, base_url: str, body: bytes, rid: str, *,
                       stall_s: float, timeout_s: float, watch: StreamLoopWatch | None,
-                      sa: StreamAnswer | None = None) -> Streamed:
+                      deadlines: StreamDeadlines, sa: StreamAnswer | None = None) -> Streamed:
     """`sa` may be passed in so a caller cancelled meanwhile still knows the tokens so far."""
     sa = sa if sa is not None else StreamAnswer()
     out = Streamed(None, sa)
@@ -103,7 +103,7 @@ async def stream_chat(client: httpx.AsyncClient, base_url: str, body: bytes, rid
                 out.answer = classify_response(resp.status_code, text)
                 return out
             await _watch(client, base_url, resp, rid, out, watch, stall_s, timeout_s,
-                         give_up_at)
+                         give_up_at, deadlines)
     except httpx.TimeoutException as exc:
         out.answer = Retryable(f"no answer within {timeout_s:g} s ({type(exc).__name__})",
                                "timeout")
@@ -122,61 +122,35 @@ async def stream_chat(client: httpx.AsyncClient, base_url: str, body: bytes, rid
 
 async def _watch(client: httpx.AsyncClient, base_url: str, resp: httpx.Response, rid: str,
                  out: Streamed, watch: StreamLoopWatch | None, stall_s: float,
-                 timeout_s: float, give_up_at: float) -> None:
-    """Read the stream in a task of its own while this one watches the clock. The reads are
-    never cancelled on a stall: the abort goes out first and the stream then ends as the
-    server ends it (finish_reason abort and the usage: the exact tokens it cost). Only a
-    stream that does not end after that is cut."""
+                 timeout_s: float, give_up_at: float, deadlines: StreamDeadlines) -> None:
+    """Read the stream, each token pushing its deadline back; the server's sweeper
+    (stream_deadlines.py) aborts it on a stall or a timeout, while it is still open. A loop
+    is aborted from here, on a connection of its own while the stream stays open: the
+    stream then ends as the server ends it (finish_reason abort and the usage: the exact
+    tokens it cost), or is cut after LOOP_DRAIN_S."""
     sa = out.stream
-    last_token = anyio.current_time()
-    drain_until: float | None = None        # after an abort: how long the end may take
-    ended = anyio.Event()
-    failure: BaseException | None = None
-
-    async def read() -> None:
-        nonlocal last_token, drain_until, failure
-        try:
-            async for line in _lines(resp):
-                got = sa.feed(line)
-                if got is None:
-                    if sa.error is not None or sa.nonsense is not None:
-                        return
-                    continue
-                last_token = anyio.current_time()
-                if drain_until is None and watch is not None and watch.feed(
-                        got[0], got[1], generated_tokens=sa.running_tokens) is not None:
-                    out.loop = watch.verdict
-                    out.aborted = True
-                    drain_until = last_token + LOOP_DRAIN_S
-                    tg.start_soon(abort_request, client, base_url, rid)
-        except httpx.HTTPError as exc:      # raised where the caller's handlers see it
-            failure = exc
-        finally:
-            ended.set()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(read)
-        while not ended.is_set():
-            now = anyio.current_time()
-            deadline = drain_until if drain_until is not None else \
-                min(last_token + stall_s, give_up_at)
-            if now >= deadline:
-                if drain_until is None:
-                    out.aborted = True
-                    if now >= give_up_at:
-                        out.answer = Retryable(f"no answer within {timeout_s:g} s (streamed)",
-                                               "timeout")
-                    else:
-                        out.stalled = True
-                        out.answer = Retryable(
-                            f"stalled: no token for {stall_s:g} s after {sa.tokens} tokens "
-                            f"(aborted as {rid})", "stall")
-                    drain_until = now + ABORT_DRAIN_S
-                    await abort_request(client, base_url, rid)
-                    continue
-                break                              # the stream did not end: cut it
-            with anyio.move_on_after(deadline - now):
-                await ended.wait()
-        tg.cancel_scope.cancel()
-    if failure is not None and out.answer is None:
-        raise failure
+    with deadlines.watch(rid, stall_s, give_up_at) as d, d.scope:
+        async for line in _lines(resp):
+            got = sa.feed(line)
+            if got is None:
+                if sa.error is not None or sa.nonsense is not None:
+                    break
+                continue
+            if d.cut_at is not None:
+                continue                 # aborted: read on to the server's end of it
+            d.last_token = anyio.current_time()
+            if watch is not None and watch.feed(
+                    got[0], got[1], generated_tokens=sa.running_tokens) is not None:
+                out.loop = watch.verdict
+                out.aborted = True
+                deadlines.drain(d, LOOP_DRAIN_S)
+                await abort_request(client, base_url, rid)
+    if d.expired is None:
+        return
+    out.aborted = True
+    if d.expired == "timeout":
+        out.answer = Retryable(f"no answer within {timeout_s:g} s (streamed)", "timeout")
+    else:
+        out.stalled = True
+        out.answer = Retryable(f"stalled: no token for {stall_s:g} s after {sa.tokens} tokens "
+                               f"(aborted as {rid})", "stall")
