@@ -137,6 +137,10 @@ class DispatchSection:
     # A streamed request with no new token for this long is aborted and retried (an
     # attempt counted); several on one server mark it hung (dispatch/stall_watch.py).
     stall_s: float = 120.0
+    # This many stalled requests on one server within stall_hang_window_s mark it hung
+    # (restarted as a hang). 0: never.
+    stall_hang_count: int = 3
+    stall_hang_window_s: float = 300.0
     # The saturation guard (servers/saturation_guard.py): when SGLang's /metrics show a
     # server queueing or retracting what we send, or its throughput collapsing, its
     # in-flight limit is lowered live (never below saturation_floor), and raised back one
@@ -384,6 +388,10 @@ def _validate(cfg: JobConfig) -> None:
                           f"got {d.breaker_error_rate}")
     positive("dispatch.breaker_window", d.breaker_window)
     positive("dispatch.stall_s", d.stall_s)
+    positive("dispatch.stall_hang_window_s", d.stall_hang_window_s)
+    if d.stall_hang_count < 0:
+        raise ConfigError(f"dispatch.stall_hang_count: must be >= 0 (0 = never), "
+                          f"got {d.stall_hang_count}")
     positive("dispatch.saturation_floor", d.saturation_floor)
     positive("dispatch.saturation_calm_s", d.saturation_calm_s)
     if not 0 <= d.saturation_collapse_ratio < 1:

@@ -121,7 +121,7 @@ class Dispatcher:
                                           self._paused, self._paused_on_bad_output)
         self._recorder = Recorder(self._write, on_committed=self._after_commit)
         self._tg: anyio.abc.TaskGroup | None = None
-        self._stalls = StallWindow()
+        self._stalls = StallWindow(d.stall_hang_count, d.stall_hang_window_s)
         self._streamed = StreamFigures()
         # Per-request events (loops aborted, stalls) folded to one row per server per window.
         self._fold = EventFold(lambda *e: self.astore.call(Store.add_event, *e), clock=clock)
@@ -241,6 +241,7 @@ class Dispatcher:
         self.breaker.window = d.breaker_window
         self.breaker.min_samples = d.breaker_min_samples
         self.breaker.max_error_rate = d.breaker_error_rate
+        self._stalls.stalls, self._stalls.window_s = d.stall_hang_count, d.stall_hang_window_s
         self._bad_output.thinking = config.generation.enable_thinking
         self.poke()
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from collections import deque
 
+# The defaults of dispatch.stall_hang_count / stall_hang_window_s.
 # Three stalls: one or two can be pathological prompts (a huge prefill behind a stuck
 # request); three distinct requests stuck on one server within five minutes is the server.
 # Five minutes: longer than one stall (stall_s, 2 min by default) so requests stuck in the
@@ -22,8 +23,9 @@ HANG_WINDOW_S = 300.0
 
 class StallWindow:
     def __init__(self, stalls: int = HANG_STALLS, window_s: float = HANG_WINDOW_S) -> None:
-        if stalls < 1 or window_s <= 0:
-            raise ValueError(f"stalls must be >= 1 and window_s > 0, got {stalls}, {window_s}")
+        if stalls < 0 or window_s <= 0:
+            raise ValueError(f"stalls must be >= 0 (0: never) and window_s > 0, got {stalls}, "
+                             f"{window_s}")
         self.stalls = stalls
         self.window_s = window_s
         self._at: dict[str, deque[float]] = {}
@@ -34,7 +36,7 @@ class StallWindow:
         times.append(now)
         while times and times[0] <= now - self.window_s:
             times.popleft()
-        if len(times) >= self.stalls:
+        if self.stalls and len(times) >= self.stalls:
             return f"hang: {len(times)} requests stalled within {self.window_s:g} s"
         return None
 

@@ -27,7 +27,8 @@ LIVE = frozenset({
     "dispatch.stop_grace_s",
     "dispatch.breaker_error_rate", "dispatch.breaker_window", "dispatch.breaker_min_samples",
     # Read per request as it is sent (dispatcher._one).
-    "dispatch.stream", "dispatch.stall_s",
+    "dispatch.stream", "dispatch.stall_s", "dispatch.stall_hang_count",
+    "dispatch.stall_hang_window_s",
     # Read by each server's saturation guard at its next poll (servers/inflight_guard.py).
     "dispatch.saturation_guard", "dispatch.saturation_floor", "dispatch.saturation_calm_s",
     "dispatch.saturation_collapse_ratio",

@@ -30,8 +30,8 @@ def test_three_stalls_within_the_window_make_a_hang_and_old_ones_expire() -> Non
 
 
 def test_a_window_needs_sensible_settings() -> None:
-    with pytest.raises(ValueError, match="stalls must be >= 1"):
-        StallWindow(0, 60)
+    with pytest.raises(ValueError, match=r"stalls must be >= 0 \(0: never\)"):
+        StallWindow(-1, 60)
     with pytest.raises(ValueError, match="window_s > 0"):
         StallWindow(3, 0)
 
@@ -73,3 +73,19 @@ def test_stream_settings_are_checked(tmp_path, values, message) -> None:
 def test_streaming_is_on_by_default_with_a_two_minute_stall(tmp_path) -> None:
     d = job_config(tmp_path).dispatch
     assert d.stream is True and d.stall_s == 120.0
+
+
+def test_the_hang_rule_is_configurable_and_zero_turns_it_off() -> None:
+    from supervisor.config import parse_config
+
+    base = {"servers": {"count": 1, "model_path": "m", "flags": {"reasoning-parser": "qwen3"}}}
+    cfg = parse_config({**base, "dispatch": {"stall_hang_count": 2, "stall_hang_window_s": 60}})
+    w = StallWindow(cfg.dispatch.stall_hang_count, cfg.dispatch.stall_hang_window_s)
+    assert w.stalled("gpu0", 0.0) is None
+    assert w.stalled("gpu0", 59.0) == "hang: 2 requests stalled within 60 s"
+    off = StallWindow(0, 60)
+    assert all(off.stalled("gpu0", float(t)) is None for t in range(50))
+    with pytest.raises(ConfigError, match="dispatch.stall_hang_count: must be >= 0"):
+        parse_config({**base, "dispatch": {"stall_hang_count": -1}})
+    with pytest.raises(ConfigError, match="dispatch.stall_hang_window_s"):
+        parse_config({**base, "dispatch": {"stall_hang_window_s": 0}})
