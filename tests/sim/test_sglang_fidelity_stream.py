@@ -1,6 +1,11 @@
-"""The simulator's streamed errors, held to SGLang 0.5.23's source: a request the scheduler
-aborts with an error status mid-decode (`--sim-error-share`, faults.py) ends its stream with
-SGLang's error chunk; unstreamed it is a 500 with SGLang's error body."""
+"""Streamed chat completions as SGLang 0.5.23 sends them: chunk shapes, the usage chunk,
+errors before the stream (plain JSON) and after it began: a request the scheduler aborts
+with an error status mid-decode (`--sim-error-share`, faults.py) ends its stream with
+SGLang's error chunk; unstreamed it is a 500 with SGLang's error body.
+
+Part of the simulator's fidelity tests (test_sglang_fidelity_*.py): each test is one fact
+read from SGLang 0.5.23's own source, naming the file (path under `sglang/`); every test
+runs the real simulator process (`python -m supervisor.sim`) on loopback."""
 
 from __future__ import annotations
 
@@ -11,6 +16,7 @@ import httpx
 
 from supervisor.sim.chat_completion import SCHEDULER_OOM_ABORT
 from tests.fixtures.sim_servers import SimServer
+from tests.sim.sglang_calls import THINK, chat, families, get
 
 # `sglang/srt/managers/schedule_batch.py` retract_decode: the last request of a decode batch
 # still out of memory after retracting all the others is aborted with
@@ -19,7 +25,7 @@ OOM_MESSAGE = ("Out of memory even after retracting all other requests in the de
                "Aborting the last request.")
 
 
-def _chat(i: int, stream: bool) -> dict[str, Any]:
+def _long_chat(i: int, stream: bool) -> dict[str, Any]:
     body: dict[str, Any] = {
         "messages": [{"role": "user", "content": f"Write at length about subject {i}."}],
         "max_tokens": 600, "separate_reasoning": True}
@@ -50,7 +56,7 @@ def test_the_message_is_sglangs():
 def test_an_error_abort_mid_stream_sends_sglangs_error_chunk_then_usage_then_done(sim_server):
     sim = sim_server("--sim-tokens-per-s", "20000", "--reasoning-parser", "qwen3",
                      "--sim-error-share", "1")
-    events = _events(sim, _chat(1, stream=True))
+    events = _events(sim, _long_chat(1, stream=True))
     # `sglang/srt/entrypoints/openai/serving_chat.py` _generate_chat_stream: an abort whose
     # finish_reason carries an HTTPStatus yields create_streaming_error_response(message,
     # code.name, code.value) (`serving_base.py`: json.dumps({"error": ErrorResponse}) with
@@ -77,8 +83,8 @@ def test_an_error_abort_mid_stream_sends_sglangs_error_chunk_then_usage_then_don
 def test_the_retry_of_an_aborted_prompt_completes_with_the_whole_answer(sim_server):
     sim = sim_server("--sim-tokens-per-s", "20000", "--reasoning-parser", "qwen3",
                      "--sim-error-share", "1")
-    first = _events(sim, _chat(2, stream=True))
-    again = _events(sim, _chat(2, stream=True))
+    first = _events(sim, _long_chat(2, stream=True))
+    again = _events(sim, _long_chat(2, stream=True))
     assert any("error" in e for e in first if isinstance(e, dict))
     assert not any("error" in e for e in again if isinstance(e, dict))
     finish = [e["choices"][0]["finish_reason"] for e in again
@@ -95,7 +101,7 @@ def test_the_retry_of_an_aborted_prompt_completes_with_the_whole_answer(sim_serv
 
 def test_unstreamed_the_same_abort_is_a_500_with_sglangs_error_body(sim_server):
     sim = sim_server("--sim-tokens-per-s", "20000", "--sim-error-share", "1")
-    resp = httpx.post(sim.base_url + "/v1/chat/completions", json=_chat(3, stream=False),
+    resp = httpx.post(sim.base_url + "/v1/chat/completions", json=_long_chat(3, stream=False),
                       timeout=30, trust_env=False)
     # `sglang/srt/managers/tokenizer_manager.py` _handle_abort_finish_reason raises
     # HTTPException(status_code, detail=message) for a non-streamed request;
@@ -104,7 +110,7 @@ def test_unstreamed_the_same_abort_is_a_500_with_sglangs_error_body(sim_server):
     assert resp.status_code == 500
     assert resp.json() == {"object": "error", "message": OOM_MESSAGE, "type": "500",
                            "param": None, "code": 500}
-    retry = httpx.post(sim.base_url + "/v1/chat/completions", json=_chat(3, stream=False),
+    retry = httpx.post(sim.base_url + "/v1/chat/completions", json=_long_chat(3, stream=False),
                        timeout=30, trust_env=False)
     assert retry.status_code == 200
     assert retry.json()["choices"][0]["finish_reason"] in ("stop", "length")
@@ -122,10 +128,91 @@ def test_the_error_share_is_a_stable_share_set_at_runtime_and_checked(sim_server
     assert ok.status_code == 200 and ok.json()["error_share"] == 0.5
 
     def failed(i: int) -> bool:
-        r = httpx.post(sim.base_url + "/v1/chat/completions", json=_chat(i, stream=False),
+        r = httpx.post(sim.base_url + "/v1/chat/completions", json=_long_chat(i, stream=False),
                        timeout=30, trust_env=False)
         assert r.status_code in (200, 500)
         return r.status_code == 500
     first = [failed(i) for i in range(40)]
     assert 8 <= sum(first) <= 32                       # about half of the prompts
     assert not any(failed(i) for i in range(40))       # and only their first request
+
+
+def _stream(base: str, **extra) -> tuple[int, list[str]]:
+    body = {"model": "sim/test-model", "stream": True,
+            "messages": [{"role": "user", "content": "Why do cats purr?"}], **extra}
+    events = []
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60,
+                      trust_env=False) as r:
+        if r.status_code != 200:
+            r.read()
+            return r.status_code, [r.text]
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line:
+                events.append(line)
+    return 200, events
+
+
+def test_stream_chunk_shapes_with_reasoning_and_usage(sim_server):
+    """sglang/srt/entrypoints/openai/serving_chat.py _generate_chat_stream and
+    sglang/srt/entrypoints/openai/sse_utils.py: a first delta {reasoning_content: null,
+    role: assistant, content: ""}; reasoning deltas {reasoning_content}; content deltas
+    {reasoning_content: null, content}; a finish chunk with finish_reason and matched_stop;
+    with include_usage a chunk with choices [] and the usage; then data: [DONE]."""
+
+    sim = sim_server("--sim-instant", "--reasoning-parser", "qwen3")
+    code, events = _stream(sim.base_url, max_tokens=30000,
+                           stream_options={"include_usage": True}, **THINK)
+    assert code == 200 and all(e.startswith("data: ") for e in events)
+    assert events[-1] == "data: [DONE]"
+    chunks = [json.loads(e[len("data: "):]) for e in events[:-1]]
+    assert {c["object"] for c in chunks} == {"chat.completion.chunk"}
+    assert len({c["id"] for c in chunks}) == 1
+    first, *middle, finish, usage = chunks
+    assert first["choices"][0]["delta"] == {"reasoning_content": None, "role": "assistant",
+                                            "content": ""}
+    assert set(first["choices"][0]) == {"index", "delta", "logprobs", "finish_reason",
+                                        "matched_stop"}
+    reasoning = "".join(c["choices"][0]["delta"].get("reasoning_content") or "" for c in middle)
+    content = "".join(c["choices"][0]["delta"].get("content") or "" for c in middle)
+    assert finish["choices"][0]["delta"] == {"reasoning_content": None}
+    assert finish["choices"][0]["finish_reason"] == "stop"
+    assert finish["choices"][0]["matched_stop"] == 151645
+    assert usage["choices"] == [] and usage["usage"]["reasoning_tokens"] > 0
+    # The deltas add up to the non-streaming answer to the same prompt.
+    whole = chat(sim.base_url, "Why do cats purr?", max_tokens=30000, **THINK).json()
+    msg = whole["choices"][0]["message"]
+    assert (reasoning, content) == (msg["reasoning_content"], msg["content"])
+    assert usage["usage"] == whole["usage"]
+
+
+def test_stream_without_include_usage_has_no_usage_chunk(sim_server):
+    """sglang/srt/entrypoints/openai/utils.py should_include_usage: off unless
+    stream_options.include_usage (or the server's default) asks for it."""
+
+    sim = sim_server("--sim-instant")
+    code, events = _stream(sim.base_url, max_tokens=20)
+    chunks = [json.loads(e[len("data: "):]) for e in events[:-1]]
+    assert all(c["choices"] for c in chunks) and "usage" not in chunks[-1]
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"
+
+
+def test_stream_validation_error_is_plain_json_400(sim_server):
+    """sglang/srt/entrypoints/openai/serving_chat.py _handle_streaming_request kick-starts the
+    generator before sending 200, so a length error is an ordinary JSON 400."""
+
+    sim = sim_server("--sim-instant", "--context-length", "100")
+    code, [text] = _stream(sim.base_url, max_tokens=99)
+    assert code == 400
+    assert json.loads(text)["message"].startswith("Requested token count exceeds")
+
+
+def test_stream_counts_as_streaming_in_metrics(sim_server):
+    """sglang/srt/observability/metrics_collector.py observe_one_finished_request:
+    is_streaming="true" for a streamed request."""
+    sim = sim_server("--sim-instant", "--enable-metrics")
+    _stream(sim.base_url, max_tokens=20)
+    fam = families(get(sim.base_url, "/metrics").text)["sglang:generation_tokens"]
+    [s] = [s for s in fam.samples if s.name.endswith("_total")
+           and s.labels["is_streaming"] == "true"]
+    assert s.value == 20
