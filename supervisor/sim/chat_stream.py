@@ -101,7 +101,7 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
                         break
                     if i == halfway:
                         await flight.aborted.wait()    # stuck halfway until aborted
-                    await handler.meter.decode(step_tokens, flight.aborted)
+                    await handler.meter.step(step_tokens, flight.aborted)
                     if flight.aborted.is_set():
                         break
                     delta = {"reasoning_content": piece} if key == "reasoning_content" \

@@ -5,7 +5,7 @@ Every decoding request generates `tokens_per_s × time_scale × speed` tokens a 
 `speed` is 1 until a throughput collapse (`--sim-fault collapse`, faults.py) divides it by
 the collapse factor, and back to 1 when the fault is lifted. Requests follow a change of
 speed mid-decode (`decode` re-times the rest), so the gauge and the tokens the clients see
-slow down and recover together.
+slow down and recover together (a streamed request from its next delta, `step`).
 
 The gauge is measured as SGLang's scheduler measures it
 (`sglang/srt/managers/scheduler_components/metrics_reporter.py` log_decode_stats): every
@@ -108,6 +108,16 @@ class DecodeMeter:
                     await _first_of(abort, changed)
                 done += (anyio.current_time() - started) * rate
         return int(tokens) if done >= tokens else int(done)
+
+    async def step(self, tokens: float, abort: anyio.Event) -> None:
+        """One short stretch of a request (a streamed delta) at the present speed, cut short
+        by `abort`; a change of speed applies from the next. Cheaper than `decode`, which
+        follows a change at once (one task group a call)."""
+        if math.isinf(self.rate):
+            self.add(tokens)
+            return
+        with self.generating(), anyio.move_on_after(tokens / self.rate):
+            await abort.wait()
 
     def read(self) -> float:
         """The gauge now: a decode-stats tick first if 40 steps have passed since the last."""
