@@ -76,8 +76,9 @@ def _pieces(text: str, step: int) -> list[str]:
 async def stream_completion(handler: ChatHandler, req: ChatRequest,
                             done: Completion) -> AsyncIterator[str]:
     # Coalesced (step 0): one delta for the trace and one for the answer, as SGLang sends
-    # what a slow reader left queued (a stuck request keeps its steps: it stops halfway).
-    step = handler.opts.stream_step or (STEP_TOKENS if done.stuck else 1 << 30)
+    # what a slow reader left queued (a stuck or failing request keeps its steps: it stops
+    # halfway, after some text).
+    step = handler.opts.stream_step or (STEP_TOKENS if done.stuck or done.errors else 1 << 30)
     reasoning = _pieces(done.reasoning_content or "", step)
     content = _pieces(done.content, step)
     steps = max(1, len(reasoning) + len(content))

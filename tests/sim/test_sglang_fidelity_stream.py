@@ -80,6 +80,15 @@ def test_an_error_abort_mid_stream_sends_sglangs_error_chunk_then_usage_then_don
     assert usage["usage"]["completion_tokens"] == texts[-1]["usage"]["completion_tokens"] > 0
 
 
+def test_a_coalesced_stream_still_sends_text_before_the_error_chunk(sim_server):
+    sim = sim_server("--sim-tokens-per-s", "20000", "--sim-stream-step", "0",
+                     "--sim-error-share", "1")
+    events = _events(sim, _long_chat(4, stream=True))
+    at = next(i for i, e in enumerate(events) if isinstance(e, dict) and "error" in e)
+    assert events[at]["error"]["code"] == 500
+    assert any(e["choices"][0]["delta"].get("content") for e in events[1:at])
+
+
 def test_the_retry_of_an_aborted_prompt_completes_with_the_whole_answer(sim_server):
     sim = sim_server("--sim-tokens-per-s", "20000", "--reasoning-parser", "qwen3",
                      "--sim-error-share", "1")
