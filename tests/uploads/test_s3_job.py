@@ -37,7 +37,7 @@ def test_s3_going_away_mid_run_grows_the_backlog_which_drains_when_it_returns(
         tmp_path, moto, s3, bucket, fault_proxy):
     d = tmp_path / "demo"
     proxy = fault_proxy()
-    proc = spawn(d, f"s3://{bucket}/outage/", proxy.url, 2500)
+    proc = spawn(d, f"s3://{bucket}/outage/", proxy.url, 2000)      # four shards
     try:
         wait_for(lambda: objects(s3, bucket, "outage/"), "a first shard uploaded")
         proxy.stop()                                    # connections refused from now on
@@ -53,7 +53,7 @@ def test_s3_going_away_mid_run_grows_the_backlog_which_drains_when_it_returns(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-    check_bucket(s3, bucket, "outage/", d, 2500)
+    check_bucket(s3, bucket, "outage/", d, 2000)
     assert "uploads_recovered" in event_kinds(d)
     assert query(d, "select count(*) from shards where last_error is not null") == [(0,)]
 
@@ -63,7 +63,7 @@ def test_a_daemon_killed_during_uploads_leaves_every_shard_once_after_restart(
     d = tmp_path / "demo"
     proxy = fault_proxy()
     proxy.delay_s = 0.5                                 # uploads slow enough to be caught
-    proc = spawn(d, f"s3://{bucket}/killed/", proxy.url, 2000)
+    proc = spawn(d, f"s3://{bucket}/killed/", proxy.url, 1200)      # 500 + 500 + 200
     try:
         wait_for(lambda: objects(s3, bucket, "killed/") and proxy.active_puts > 0,
                  "an upload in flight after a first one landed")
@@ -76,9 +76,9 @@ def test_a_daemon_killed_during_uploads_leaves_every_shard_once_after_restart(
     waiting = query(d, "select count(*) from shards where status != 'uploaded'")[0][0]
     assert waiting >= 1, "the kill should have left at least one shard not uploaded"
 
-    again = demo(d, f"s3://{bucket}/killed/", moto.url, 2000)
+    again = demo(d, f"s3://{bucket}/killed/", moto.url, 1200)
     assert again.returncode == 0, again.stdout + again.stderr
-    check_bucket(s3, bucket, "killed/", d, 2000)
+    check_bucket(s3, bucket, "killed/", d, 1200)
     assert not list((d / "spool").rglob("*.jsonl"))
 
 
