@@ -25,7 +25,9 @@ def test_health_is_503_while_loading_then_200(sim_server):
     while time.monotonic() < deadline and 200 not in seen:
         try:
             for path in ("/health", "/health_generate"):
-                seen.add(httpx.get(sim.base_url + path, timeout=1, trust_env=False).status_code)
+                # A 200 takes at least a second (SGLang's probe sleeps 1 s): a 1 s client
+                # timeout would race it on a busy machine.
+                seen.add(httpx.get(sim.base_url + path, timeout=5, trust_env=False).status_code)
         except httpx.TransportError:
             pass                                    # not listening yet
         time.sleep(0.05)
