@@ -92,3 +92,26 @@ async def test_an_error_chunk_mid_stream_is_retried_counted_and_its_tokens_waste
                                       choice["message"]["reasoning_content"],
                                       choice["finish_reason"],
                                       ref["usage"]["completion_tokens"]), row["id"]
+
+
+async def test_unstreamed_the_same_abort_is_an_http_500_retried_and_answered_once(
+        tmp_path, sim_server):
+    # dispatch.stream off: SGLang answers the aborted request with a plain 500 (no tokens
+    # are reported, so there is nothing for the waste ledger to count).
+    sim = sim_server("--max-running-requests", "4", "--reasoning-parser", "qwen3",
+                     "--sim-tokens-per-s", "20000", "--sim-error-share", "0.5")
+    rows = _rows(PROMPTS)
+    store = open_store(tmp_path, rows)
+    cfg = job_config(tmp_path, generation={"max_tokens": MAX_TOKENS},
+                     dispatch={"max_attempts": 3, "stream": False})
+    try:
+        async with dispatching(store, cfg) as (d, astore):
+            await serve_until(d, astore, Endpoint("gpu0", sim.base_url, 4),
+                              lambda c: c.done == PROMPTS)
+            snap = d.snapshot()
+    finally:
+        store.close()
+    attempts = dict(db_rows(tmp_path, "select id, attempts from prompts where status = 'done'"))
+    retried = {p for p, n in attempts.items() if n == 2}
+    assert len(attempts) == PROMPTS and set(attempts.values()) <= {1, 2} and retried
+    assert snap.breaker.errors_by_kind == {"HTTP 500": len(retried)}
