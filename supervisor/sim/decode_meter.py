@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import anyio
@@ -31,16 +31,20 @@ STALENESS_S = 30.0                  # metrics_reporter.py GEN_THROUGHPUT_STALENE
 
 
 class DecodeMeter:
-    def __init__(self, tokens_per_s: float, time_scale: float, instant: bool = False) -> None:
+    def __init__(self, tokens_per_s: float, time_scale: float, instant: bool = False,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         # Tokens one request decodes a real second at full speed (inf: --sim-instant).
         self.full_rate = math.inf if instant else tokens_per_s * time_scale
         self.time_scale = time_scale
         self.speed = 1.0
         self.decoding = 0                 # requests generating tokens now
         self._tokens = 0.0                # generated since start (an exact integral)
-        self._at = time.monotonic()       # when _tokens was last brought up to date
+        self._steps = 0.0                 # decode steps since start (while any decodes)
+        self._at = clock()                # when _tokens was last brought up to date
         self._tic_at = self._at           # the last decode-stats tick
         self._tic_tokens = 0.0
+        self._tic_steps = 0.0
         self._last_token_at = self._at
         self.gen_throughput = 0.0         # the gauge, as of the last tick
         # Set (and dropped) when the speed changes; made by the first decode (an Event
@@ -53,9 +57,10 @@ class DecodeMeter:
         return self.full_rate * self.speed
 
     def _settle(self) -> float:
-        now = time.monotonic()
+        now = self._clock()
         if self.decoding and math.isfinite(self.rate):
             self._tokens += self.decoding * self.rate * (now - self._at)
+            self._steps += self.rate * (now - self._at)
             self._last_token_at = now
         self._at = now
         return now
@@ -122,14 +127,14 @@ class DecodeMeter:
     def read(self) -> float:
         """The gauge now: a decode-stats tick first if 40 steps have passed since the last."""
         now = self._settle()
-        steps = (now - self._tic_at) * self.rate if math.isfinite(self.rate) else math.inf
-        if self._tokens > self._tic_tokens and steps >= DECODE_LOG_INTERVAL:
+        steps = self._steps - self._tic_steps if math.isfinite(self.rate) else math.inf
+        if self._tokens > self._tic_tokens and steps >= DECODE_LOG_INTERVAL - 1e-6:
             self.gen_throughput = (self._tokens - self._tic_tokens) / max(1e-9, now - self._tic_at)
-            self._tic_at, self._tic_tokens = now, self._tokens
+            self._tic_at, self._tic_tokens, self._tic_steps = now, self._tokens, self._steps
         elif self._tokens == self._tic_tokens:
             # No decoding since the tick: SGLang logs nothing, the gauge is held, then
             # decays to 0 once stale.
-            self._tic_at = now
+            self._tic_at, self._tic_steps = now, self._steps
             if now - self._last_token_at > STALENESS_S / self.time_scale:
                 self.gen_throughput = 0.0
         return self.gen_throughput

@@ -1,0 +1,92 @@
+"""The simulator's decode meter (supervisor/sim/decode_meter.py) on a hand-moved clock: the
+gen_throughput gauge SGLang's scheduler would report (a tick per 40 decode steps, held while
+idle, 0 once stale) from the tokens the decoding requests generate, at full speed and in a
+collapse."""
+
+from __future__ import annotations
+
+import pytest
+
+from supervisor.sim.decode_meter import DecodeMeter
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_the_gauge_is_the_tokens_the_decoding_requests_generate():
+    clock = Clock()
+    meter = DecodeMeter(tokens_per_s=100, time_scale=1, clock=clock)
+    with meter.generating(), meter.generating():
+        clock.now += 1.0
+        assert meter.read() == pytest.approx(200.0)       # 2 requests x 100 tok/s
+
+
+def test_a_tick_waits_for_40_decode_steps_and_the_gauge_is_held_meanwhile():
+    clock = Clock()
+    meter = DecodeMeter(tokens_per_s=100, time_scale=2, clock=clock)   # 200 steps a second
+    with meter.generating():
+        clock.now += 1.0
+        assert meter.read() == pytest.approx(200.0)
+        meter.set_speed(0.5)
+        clock.now += 0.1                                  # 10 steps at half speed: no tick
+        assert meter.read() == pytest.approx(200.0)
+        clock.now += 0.3                                  # 40 steps since the tick
+        assert meter.read() == pytest.approx(100.0)
+
+
+def test_a_collapse_and_its_end_show_in_the_gauge():
+    clock = Clock()
+    meter = DecodeMeter(tokens_per_s=50, time_scale=10, clock=clock)   # 500 tok/s a request
+    with meter.generating(), meter.generating(), meter.generating(), meter.generating():
+        clock.now += 1.0
+        full = meter.read()
+        meter.set_speed(1 / 8)
+        clock.now += 1.0
+        collapsed = meter.read()
+        meter.set_speed(1.0)
+        clock.now += 1.0
+        back = meter.read()
+    assert (full, collapsed, back) == pytest.approx((2000.0, 250.0, 2000.0))
+    assert meter.seconds_for(500) == pytest.approx(1.0)
+
+
+def test_idle_the_gauge_is_held_then_zero_once_stale():
+    clock = Clock()
+    meter = DecodeMeter(tokens_per_s=100, time_scale=1, clock=clock)
+    with meter.generating():
+        clock.now += 1.0
+    assert meter.read() == pytest.approx(100.0)
+    clock.now += 29.0
+    assert meter.read() == pytest.approx(100.0)            # held, as SGLang holds it
+    clock.now += 2.0                                       # 31 s without a token
+    assert meter.read() == 0.0
+
+
+def test_the_staleness_is_scaled_with_time():
+    clock = Clock()
+    meter = DecodeMeter(tokens_per_s=100, time_scale=10, clock=clock)
+    with meter.generating():
+        clock.now += 1.0
+    assert meter.read() > 0
+    clock.now += 3.5                                       # 35 simulated seconds
+    assert meter.read() == 0.0
+
+
+def test_instant_tokens_are_counted_when_added():
+    clock = Clock()
+    meter = DecodeMeter(tokens_per_s=100, time_scale=1, instant=True, clock=clock)
+    assert meter.seconds_for(10_000) == 0.0
+    meter.read()
+    meter.add(300)
+    clock.now += 0.5
+    assert meter.read() == pytest.approx(600.0)
+
+
+def test_a_speed_must_be_above_zero():
+    with pytest.raises(ValueError, match="decode speed must be above 0"):
+        DecodeMeter(100, 1).set_speed(0)
