@@ -206,7 +206,7 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
             return JSONResponse(error_body(f"fault must be one of {', '.join(FAULTS)}"),
                                 status_code=400)
         # Every value checked before any is applied: a refused body changes nothing.
-        shares = {}
+        shares: dict[str, float] = {}
         for key in ("empty_rate", "stall_share", "error_share"):
             value = body.get(key)
             if value is not None:
