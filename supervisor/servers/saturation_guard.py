@@ -19,6 +19,12 @@ else by one step; never by more than half at once (one odd reading must not empt
 server) and never below `floor`. After a cut the guard waits `settle_s` before the next,
 so the queue and the retraction rate have time to show the cut's effect.
 
+A collapse that lasts after its cut is not calm: from that cut until the limit is back at the
+max, each poll's throughput per request in flight is held against the peak's (a smaller batch
+decodes each request at least as fast, so this is fair to the cut). Under `collapse_ratio`
+of it, the limit is held where it is: no step up, and no deeper cut, since fewer requests did
+not bring the speed back (a throttled or failing GPU is not fixed by starving it).
+
 Raising: after `calm_s` with no sign at all (and at least `calm_s` since the last change),
 one step up, to at most the limit the server was started with (configured or read from
 SGLang's /server_info); then another calm interval before the next step.
@@ -80,6 +86,9 @@ class LimitChange:
         return self.new < self.old
 
 
+_COLLAPSE = "generation throughput collapsed"
+
+
 def step_of(max_limit: int) -> int:
     """One step: an eighth of the server's max (at least 1), so a 64-slot server moves by 8
     and climbs back from half in four calm intervals."""
@@ -101,8 +110,12 @@ class SaturationGuard:
         self._last_change: float | None = None
         self._last_cut: float | None = None
         self._calm_since: float | None = None
-        self._peak: deque[tuple[float, float]] = deque()
+        self._peak: deque[tuple[float, float, int]] = deque()    # (at, tok/s, in flight)
         self._collapsed_polls = 0
+        # From a cut for a collapse until the limit is back at the max: the throughput per
+        # request in flight at the peak the collapse was judged against. Per request, so a
+        # smaller batch is judged fairly (each of its requests decodes at least as fast).
+        self._collapse_ref: float | None = None
 
     def retune(self, policy: GuardPolicy) -> None:
         """New settings from a config reload, from the next poll on; the limit stays where
@@ -118,6 +131,11 @@ class SaturationGuard:
         if sign is not None:
             self._calm_since = None
             return self._lower(poll, sign)
+        if self._still_collapsed(poll):
+            # The cut did not bring the speed back: not calm (no step up), and no deeper cut
+            # either, since fewer requests did not help; held until it recovers.
+            self._calm_since = None
+            return None
         if self._calm_since is None:
             self._calm_since = poll.at
         return self._raise(poll.at)
@@ -138,9 +156,9 @@ class SaturationGuard:
         while self._peak and self._peak[0][0] < poll.at - p.peak_window_s:
             self._peak.popleft()
         busy = poll.in_flight >= p.busy_share * self.limit
-        peak = max((v for _, v in self._peak), default=0.0)
+        peak = max((v for _, v, _ in self._peak), default=0.0)
         if busy:
-            self._peak.append((poll.at, tput))
+            self._peak.append((poll.at, tput, poll.in_flight))
         if busy and peak > 0 and tput < p.collapse_ratio * peak:
             self._collapsed_polls += 1
         else:
@@ -150,6 +168,23 @@ class SaturationGuard:
             return None
         return (f"generation throughput collapsed to {tput:.0f} tok/s, {tput / peak:.0%} of "
                 f"its recent peak {peak:.0f} tok/s, for {self._collapsed_polls} polls")
+
+    def _peak_per_request(self) -> float | None:
+        if not self._peak:
+            return None
+        _, tput, in_flight = max(self._peak, key=lambda e: e[1])
+        return tput / in_flight if in_flight > 0 else None
+
+    def _still_collapsed(self, poll: GuardPoll) -> bool:
+        """After a cut for a collapse: is each request still decoding under collapse_ratio
+        of its speed at the peak? Only a busy poll tells (an idle server is no evidence)."""
+        ref, tput = self._collapse_ref, poll.gen_throughput
+        if ref is None or tput is None or self.policy.collapse_ratio <= 0:
+            return False
+        if poll.in_flight < self.policy.busy_share * self.limit or poll.in_flight <= 0:
+            return self.reason is not None and self.reason.startswith(_COLLAPSE)
+        collapsed = tput / poll.in_flight < self.policy.collapse_ratio * ref
+        return collapsed
 
     # -- moves --------------------------------------------------------------------------------
 
@@ -165,6 +200,8 @@ class SaturationGuard:
             how = f"to the {poll.running} SGLang runs"
         new = max(target, self.floor, self.limit // 2)
         change = LimitChange(self.limit, new, f"{sign}; lowered {how}")
+        if sign.startswith(_COLLAPSE) and self._collapse_ref is None:
+            self._collapse_ref = self._peak_per_request()
         self.limit, self.reason = new, sign
         self._last_change = self._last_cut = poll.at
         # Throughput at the new limit is the new reference: judged against the old peak,
@@ -188,6 +225,8 @@ class SaturationGuard:
                              f"or collapse): raised by a step of {self.step}")
         self.limit = new
         self.reason = None if new >= self.max_limit else self.reason
+        if new >= self.max_limit:
+            self._collapse_ref = None
         self._last_change = now
         self._calm_since = now          # one step per calm interval
         self._peak.clear()

@@ -122,6 +122,42 @@ def test_the_peak_is_relearnt_after_a_cut():
     assert run(g, [poll(float(t), tput=1400.0, in_flight=16) for t in range(2, 8)]) == []
 
 
+def _collapsed_to_28(g: SaturationGuard) -> None:
+    steady = [poll(float(t), tput=3200.0, in_flight=32) for t in range(5)]   # 100 tok/s each
+    collapse = [poll(float(t), tput=400.0, in_flight=32) for t in range(5, 8)]
+    assert [c.new for c in run(g, steady + collapse)] == [28]
+
+
+def test_a_collapse_that_lasts_holds_the_limit_without_cutting_deeper():
+    g = SaturationGuard(32, POLICY)
+    _collapsed_to_28(g)
+    # Each request still at 12.5 tok/s, an eighth of its speed at the peak: long past calm_s
+    # and settle_s, neither a step up nor a deeper cut.
+    assert run(g, [poll(float(t), tput=28 * 12.5, in_flight=28) for t in range(8, 60)]) == []
+    assert g.limit == 28 and g.reason is not None and "collapsed" in g.reason
+
+
+def test_a_recovered_collapse_is_raised_back_to_the_max_then_forgotten():
+    g = SaturationGuard(32, POLICY)
+    _collapsed_to_28(g)
+    # Back to 90 tok/s a request at 28 in flight: over half the peak's 100, so calm.
+    ups = run(g, [poll(float(t), tput=28 * 90.0, in_flight=28) for t in range(8, 40)])
+    assert [c.new for c in ups] == [32] and g.reason is None
+    # At the max the old reference is gone: after a later cut for another reason, a slower
+    # pace per request (37.5 tok/s, under half the old peak's) is calm and climbs back.
+    assert [c.new for c in run(g, [poll(40.0, over=True, running=24)])] == [24]
+    ups = run(g, [poll(float(t), tput=24 * 37.5, in_flight=24) for t in range(41, 70)])
+    assert [c.new for c in ups] == [28, 32]
+
+
+def test_a_smaller_batch_is_not_read_as_a_lasting_collapse():
+    # After the cut fewer requests make less in total, but each as fast as at the peak.
+    g = SaturationGuard(32, POLICY)
+    _collapsed_to_28(g)
+    assert [c.new for c in run(g, [poll(float(t), tput=28 * 100.0, in_flight=28)
+                                   for t in range(8, 30)])] == [32]
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"floor": 0}, "floor must be at least 1"),
     ({"calm_s": 0}, "calm_s must be above 0"),
