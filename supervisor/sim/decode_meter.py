@@ -10,10 +10,10 @@ slow down and recover together (a streamed request from its next delta, `step`).
 The gauge is measured as SGLang's scheduler measures it
 (`sglang/srt/managers/scheduler_components/metrics_reporter.py` log_decode_stats): every
 `decode_log_interval` (40) decode steps, tokens generated since the last tick divided by the
-time since it; held while nothing decodes, and read as 0 once no tick came for
-GEN_THROUGHPUT_STALENESS_SECONDS (30 s; `_current_gen_throughput`). Here a decode step is
-one token of every running request, and the tick happens when the gauge is read, at least
-40 steps after the last one. Requests that hold a slot without decoding (stuck, stalled)
+time since it (so the first tick after an idle spell, spread over it, reads low); held
+while nothing decodes, and read as 0 once no tick came for GEN_THROUGHPUT_STALENESS_SECONDS
+(30 s; `_current_gen_throughput`). Here a decode step is one token of every running request,
+and the tick happens when the gauge is read, at least 40 steps after the last one. Requests that hold a slot without decoding (stuck, stalled)
 generate nothing.
 """
 
@@ -131,12 +131,13 @@ class DecodeMeter:
         if self._tokens > self._tic_tokens and steps >= DECODE_LOG_INTERVAL - 1e-6:
             self.gen_throughput = (self._tokens - self._tic_tokens) / max(1e-9, now - self._tic_at)
             self._tic_at, self._tic_tokens, self._tic_steps = now, self._tokens, self._steps
-        elif self._tokens == self._tic_tokens:
-            # No decoding since the tick: SGLang logs nothing, the gauge is held, then
-            # decays to 0 once stale.
-            self._tic_at, self._tic_steps = now, self._steps
-            if now - self._last_token_at > STALENESS_S / self.time_scale:
-                self.gen_throughput = 0.0
+        elif self._tokens == self._tic_tokens and \
+                now - self._last_token_at > STALENESS_S / self.time_scale:
+            # No decoding since the tick: SGLang logs nothing and the gauge is held, until
+            # it is read as 0 once stale. (The tick stays where it was, as SGLang's
+            # last_decode_stats_tic does: the first tick after an idle spell is spread over
+            # it, and reads low.)
+            self.gen_throughput = 0.0
         return self.gen_throughput
 
 

@@ -67,6 +67,20 @@ def test_idle_the_gauge_is_held_then_zero_once_stale():
     assert meter.read() == 0.0
 
 
+def test_the_first_tick_after_an_idle_spell_is_spread_over_it():
+    clock = Clock()
+    meter = DecodeMeter(tokens_per_s=100, time_scale=1, clock=clock)
+    with meter.generating():
+        clock.now += 1.0
+    assert meter.read() == pytest.approx(100.0)
+    clock.now += 3.0                                       # idle, read meanwhile: held
+    assert meter.read() == pytest.approx(100.0)
+    with meter.generating():
+        clock.now += 1.0
+    # SGLang's gap_latency runs from the last tick: 100 tokens over the 4 s since.
+    assert meter.read() == pytest.approx(25.0)
+
+
 def test_the_staleness_is_scaled_with_time():
     clock = Clock()
     meter = DecodeMeter(tokens_per_s=100, time_scale=10, clock=clock)
