@@ -31,7 +31,9 @@ def _ready(state: Path) -> int:
 
 
 def test_a_second_daemon_is_refused_and_the_first_finishes(tmp_path: Path):
-    first_toml = write_job_toml(tmp_path / "first", servers=2, prompts=400,
+    # 250 prompts at half a second each on 16 slots: about 8 s of work once both servers
+    # are READY, time enough for the second daemon to start and be refused.
+    first_toml = write_job_toml(tmp_path / "first", servers=2, prompts=250,
                                 flags={"sim-time-scale": 10.0})
     state = tmp_path / "first" / "job.db"
     # Another config file for the same job: other servers, other ports, same state DB.
@@ -66,4 +68,4 @@ def test_a_second_daemon_is_refused_and_the_first_finishes(tmp_path: Path):
     assert stops == [(0,)]                 # nobody stopped the first daemon's servers early
     ids = [json.loads(line)["id"] for p in sorted((tmp_path / "first" / "shards").glob("*.jsonl"))
            for line in p.read_text().splitlines()]
-    assert len(ids) == 400 and len(set(ids)) == 400
+    assert len(ids) == 250 and len(set(ids)) == 250

@@ -87,6 +87,11 @@ def install(box: Box, base_port: int) -> None:
     if prefix.is_relative_to("/root") or prefix.is_relative_to("/home"):
         # README: a Python under a home directory needs this drop-in (ProtectHome hides it).
         dropin += f"ProtectHome=tmpfs\nBindReadOnlyPaths={prefix}\n"
+    for path in sorted({REPO, Path(sys.prefix).resolve()}):
+        if path.is_relative_to("/tmp") or path.is_relative_to("/var/tmp"):
+            # A checkout (or its venv) under /tmp, as a CI clone may be: PrivateTmp= gives the
+            # service an empty /tmp, so the code is bound in from the host's.
+            dropin += f"BindReadOnlyPaths={path}\n"
     box.write("/etc/systemd/system/dflash-supervisor.service.d/test.conf", dropin)
     box.sh("systemctl", "daemon-reload")
 
