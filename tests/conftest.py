@@ -18,9 +18,9 @@ from tests.fixtures.sim_servers import SimServer
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With several workers (pyproject's `-n 2`), the `slow` end-to-end tests go first: each
+    """With several workers (pyproject's `-n 3`), the `slow` end-to-end tests go first: each
     takes seconds to a minute, and one left for the end would run alone while the other
-    worker idles. The work-stealing scheduler then hands out the short ones to fill the gaps.
+    workers idle. The work-stealing scheduler then hands out the short ones to fill the gaps.
     In one process pytest's own order is kept. The sort is stable, so every worker collects
     the same order (xdist requires it)."""
     if not (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
