@@ -133,9 +133,10 @@ async def _watch(client: httpx.AsyncClient, base_url: str, resp: httpx.Response,
         async for line in _lines(resp):
             got = sa.feed(line)
             if got is None:
-                if sa.error is not None or sa.nonsense is not None:
+                if sa.nonsense is not None:
                     break
-                continue
+                continue                 # after an error chunk SGLang sends the usage, then
+                                         # [DONE]: read on, the connection stays reusable
             if d.cut_at is not None:
                 continue                 # aborted: read on to the server's end of it
             d.last_token = anyio.current_time()
