@@ -42,8 +42,10 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
                    help="share of empty completions the servers return (trips the quality gate)")
     p.add_argument("--loop-share", type=float, default=0.25,
                    help="share of the long answers that loop forever (flagged, not requeued)")
-    p.add_argument("--fault", choices=("none", "crash", "oom", "hang", "stall"), default="none",
-                   help="make every server fail this way after --fault-after-s")
+    p.add_argument("--fault", choices=("none", "crash", "oom", "hang", "stall", "collapse"),
+                   default="none",
+                   help="make every server fail this way after --fault-after-s (collapse: "
+                        "alive but decoding 8x slower; the saturation guard lowers the limit)")
     p.add_argument("--fault-after-s", type=float, default=10.0)
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--tui", action="store_true",
