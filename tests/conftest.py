@@ -11,8 +11,8 @@ from typing import Callable, Iterator
 import pytest
 from blockbuster import blockbuster_ctx
 
-from supervisor.free_ports import free_port
 from supervisor.sim.launch import sim_argv, wait_healthy
+from tests.fixtures.ports import free_port
 from tests.fixtures.sim_servers import SimServer
 
 

@@ -13,8 +13,8 @@ import pytest
 from state.store import Store
 from supervisor.servers.endpoint import Endpoint
 
-from supervisor.free_ports import free_port
 from tests.fixtures import REPO
+from tests.fixtures.ports import free_port
 from tests.fixtures.real_prompts import real_prompts
 from tests.fixtures.dispatching import (db_rows, dispatching, job_config, open_store, serve_until,
                                         wait_until)

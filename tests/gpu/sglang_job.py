@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any, Callable
 
 from supervisor.demo.prompts import write_demo_prompts
-from supervisor.free_ports import free_base_port
 from tests.fixtures import REPO
 from tests.fixtures.job_toml import write_toml
+from tests.fixtures.ports import free_base_port
 from tests.gpu.tiny_qwen3 import TinyModel
 
 SHARED_GPU = Path(__file__).with_name("shared_gpu.py")

@@ -18,10 +18,10 @@ import httpx
 import pytest
 
 from supervisor.config import DispatchSection, ServersSection
-from supervisor.free_ports import free_port
 from supervisor.servers.server_slots import (Slots, read_server_slots, server_slots,
                                              slots_from_server_info)
 from tests.fixtures import REPO
+from tests.fixtures.ports import free_port
 from tests.fixtures.sim_servers import SimServer
 
 

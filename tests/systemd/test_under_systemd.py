@@ -213,7 +213,7 @@ def test_the_unit_lives_through_a_job_under_systemd(box: Box) -> None:
 
 
 def free_port_block() -> int:
-    from supervisor.free_ports import free_base_port
+    from tests.fixtures.ports import free_base_port
     return free_base_port(2)
 
 

@@ -10,12 +10,12 @@ import anyio
 import pytest
 
 from supervisor.demo.config import demo_config
-from supervisor.free_ports import free_base_port
 from supervisor.demo.prompts import write_demo_prompts
 from supervisor.gpu.fake_source import FakeGpuSource
 from supervisor.job.main_loop import Job
 from supervisor.uploads import disk_guard
 from supervisor.uploads.disk_guard import DiskGuard
+from tests.fixtures.ports import free_base_port
 
 MB = 1_000_000
 

@@ -13,8 +13,8 @@ from supervisor.uploads.s3_client import S3Location
 from supervisor.uploads.s3_sink import S3Sink, multipart_etag
 from supervisor.uploads.sink import (CorruptUploadError, FatalUploadError, ShardBlob,
                                      TransientUploadError)
-from supervisor.free_ports import free_port
 from tests.fixtures.moto_s3 import objects
+from tests.fixtures.ports import free_port
 
 MiB = 1024 * 1024
 
