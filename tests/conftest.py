@@ -12,8 +12,12 @@ import pytest
 from blockbuster import blockbuster_ctx
 
 from supervisor.sim.launch import sim_argv, wait_healthy
-from tests.fixtures.ports import free_port
+from tests.fixtures.ports import free_port, use_worker_block
 from tests.fixtures.sim_servers import SimServer
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    use_worker_block()        # each xdist worker's children pick ports in its own block
 
 
 @pytest.hookimpl(trylast=True)
