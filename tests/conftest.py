@@ -16,13 +16,32 @@ from tests.fixtures.ports import free_port, use_worker_block
 from tests.fixtures.sim_servers import SimServer
 
 
+WORKERS = 3
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_cmdline_main(config: pytest.Config) -> None:
+    """Three xdist workers unless `-n` says otherwise: the suite waits on child processes and
+    sleeps more than it computes (two workers kept a 2-core machine's cores under half
+    busy), so a third fills the idle CPU without starving the tests' children. Set here, not
+    in pyproject's addopts, so that where pytest-xdist is not installed (a GPU image with
+    only the wheels it lacks) pytest still runs, in one process. `-n 0` runs in one process
+    on purpose (to see a test's prints with -s, or to use a debugger)."""
+    if not config.pluginmanager.hasplugin("xdist") or hasattr(config, "workerinput"):
+        return
+    if config.option.numprocesses is None and not config.getoption("usepdb", False):
+        config.option.numprocesses = WORKERS
+        if config.option.dist == "no":
+            config.option.dist = "worksteal"    # every worker busy to the very end
+
+
 def pytest_configure(config: pytest.Config) -> None:
     use_worker_block()        # each xdist worker's children pick ports in its own block
 
 
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With several workers (pyproject's `-n 3`), the `slow` end-to-end tests go first: each
+    """With several workers (`WORKERS` above), the `slow` end-to-end tests go first: each
     takes seconds to a minute, and one left for the end would run alone while the other
     workers idle. The work-stealing scheduler then hands out the short ones to fill the gaps.
     In one process pytest's own order is kept. The sort is stable, so every worker collects
