@@ -33,6 +33,7 @@ import tempfile
 import time
 from pathlib import Path
 
+import aiohttp
 import anyio
 import httpx
 
@@ -101,14 +102,13 @@ def config(tmp: Path, max_tokens: int, slots: int, stream: bool = False):
 
 
 async def bare_loop(urls: list[str], n: int, slots: int, max_tokens: int,
-                    stream: bool = False, shared_pool: bool = False
-                    ) -> tuple[float, int, float]:
+                    stream: bool = False, lib: str = "httpx") -> tuple[float, int, float]:
     """The baseline: the same request bodies, the same concurrency, no store, no shards.
     Streamed: each SSE line read and its JSON parsed, nothing else (what the servers' own
     streaming costs, apart from the daemon's). Each worker has its own client (one
-    keep-alive connection), as the daemon's workers do, the fastest way we know to drive
-    httpx; `shared_pool`: one client for all, httpx's usual use (its pool's per-request
-    scan of every connection grows with the slots). (seconds, tokens, CPU s)."""
+    keep-alive connection), as the daemon's workers do. `lib`: httpx (the issue's baseline,
+    and this project's HTTP client everywhere else) or aiohttp (the client the daemon's
+    dispatch path uses, supervisor/dispatch/worker_client.py). (seconds, tokens, CPU s)."""
     cfg = config(Path("."), max_tokens, slots)
     bodies = [json.dumps(request_body("bench", [m], cfg.generation, max_tokens,
                                       rid=f"bare-{i}-{time.monotonic_ns()}" if stream else None)
@@ -117,42 +117,59 @@ async def bare_loop(urls: list[str], n: int, slots: int, max_tokens: int,
     next_i = 0
     tokens = 0
     ctx = ssl.create_default_context()
+    headers = {"content-type": "application/json"}
 
-    def new_client() -> httpx.AsyncClient:
-        return httpx.AsyncClient(trust_env=False, timeout=120, verify=ctx,
-                                 limits=httpx.Limits(max_connections=None,
-                                                     max_keepalive_connections=None))
+    def count(line: bytes) -> None:
+        nonlocal tokens
+        if line.startswith(b"data: {"):
+            data = json.loads(line[6:])
+            if data.get("usage") and not data["choices"]:
+                tokens += data["usage"]["completion_tokens"]
 
-    async def worker(url: str, shared: httpx.AsyncClient | None) -> None:
+    async def with_httpx(url: str) -> None:
         nonlocal next_i, tokens
-        async with new_client() as own:
-            client = shared if shared is not None else own
+        async with httpx.AsyncClient(trust_env=False, timeout=120, verify=ctx,
+                                     limits=httpx.Limits(max_connections=None,
+                                                         max_keepalive_connections=1)) as client:
             while next_i < n:
                 body = bodies[next_i]
                 next_i += 1
                 if stream:
                     async with client.stream("POST", url + "/v1/chat/completions",
-                                             content=body,
-                                             headers={"content-type": "application/json"}) as r:
+                                             content=body, headers=headers) as r:
                         async for line in r.aiter_lines():
-                            if line.startswith("data: {"):
-                                data = json.loads(line[6:])
-                                if data.get("usage") and not data["choices"]:
-                                    tokens += data["usage"]["completion_tokens"]
+                            count(line.encode())
                     continue
                 r = await client.post(url + "/v1/chat/completions", content=body,
-                                      headers={"content-type": "application/json"})
-                data = r.json()
-                tokens += data["usage"]["completion_tokens"]
+                                      headers=headers)
+                tokens += r.json()["usage"]["completion_tokens"]
 
-    async with new_client() as shared:
-        t0 = time.perf_counter()
-        c0 = cpu_s()
-        async with anyio.create_task_group() as tg:
-            for url in urls:
-                for _ in range(slots):
-                    tg.start_soon(worker, url, shared if shared_pool else None)
-        return time.perf_counter() - t0, tokens, cpu_s() - c0
+    async def with_aiohttp(url: str) -> None:
+        nonlocal next_i, tokens
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as client:
+            while next_i < n:
+                body = bodies[next_i]
+                next_i += 1
+                async with client.post(url + "/v1/chat/completions", data=body,
+                                       headers=headers) as r:
+                    if stream:
+                        rest = b""
+                        async for chunk in r.content.iter_any():
+                            lines = (rest + chunk).split(b"\n")
+                            rest = lines.pop()
+                            for line in lines:
+                                count(line)
+                        continue
+                    tokens += json.loads(await r.read())["usage"]["completion_tokens"]
+
+    worker = with_httpx if lib == "httpx" else with_aiohttp
+    t0 = time.perf_counter()
+    c0 = cpu_s()
+    async with anyio.create_task_group() as tg:
+        for url in urls:
+            for _ in range(slots):
+                tg.start_soon(worker, url)
+    return time.perf_counter() - t0, tokens, cpu_s() - c0
 
 
 async def daemon_path(urls: list[str], n: int, slots: int, max_tokens: int,
@@ -203,58 +220,49 @@ def instant(args: argparse.Namespace, step: int) -> None:
     """Part 1 on instant servers streaming `step` tokens a delta (0: coalesced)."""
     sims = start_sims(args.servers, ["--sim-instant", "--max-running-requests", str(args.slots),
                                      "--sim-stream-step", str(step)])
+    loops = [(lib, stream) for lib in ("httpx", "aiohttp") for stream in (False, True)]
     try:
         urls = [u for _, u in sims]
-        anyio.run(bare_loop, urls, 200, args.slots, 256)            # warm both sides up
-        bare: list[float] = []
-        bare_shared: list[float] = []
-        bare_streamed: list[float] = []
-        bare_cpu: dict[bool, list[float]] = {False: [], True: []}
+        for lib in ("httpx", "aiohttp"):
+            anyio.run(bare_loop, urls, 200, args.slots, 256, False, lib)   # warm both up
+        rate: dict[tuple[str, bool], list[float]] = {k: [] for k in loops}
+        bare_cpu: dict[tuple[str, bool], list[float]] = {k: [] for k in loops}
         daemon: dict[bool, list[float]] = {False: [], True: []}
         cpu: dict[bool, list[float]] = {False: [], True: []}
         for _ in range(args.repeats):
-            t, _, c = anyio.run(bare_loop, urls, args.prompts, args.slots, 256)
-            bare.append(args.prompts / t)
-            bare_cpu[False].append(c / args.prompts * 1000)
-            t, _, _ = anyio.run(bare_loop, urls, args.prompts, args.slots, 256, False, True)
-            bare_shared.append(args.prompts / t)
-            t, _, c = anyio.run(bare_loop, urls, args.prompts, args.slots, 256, True)
-            bare_streamed.append(args.prompts / t)
-            bare_cpu[True].append(c / args.prompts * 1000)
+            for lib, stream in loops:
+                t, _, c = anyio.run(bare_loop, urls, args.prompts, args.slots, 256, stream, lib)
+                rate[lib, stream].append(args.prompts / t)
+                bare_cpu[lib, stream].append(c / args.prompts * 1000)
             for stream in (False, True):
                 t, _, c = anyio.run(daemon_path, urls, args.prompts, args.slots, 256, stream)
                 daemon[stream].append(args.prompts / t)
                 cpu[stream].append(c / args.prompts * 1000)
-        b = statistics.median(bare)
 
         def runs(xs: list[float], fmt: str = ".0f") -> str:
             return ", ".join(f"{x:{fmt}}" for x in xs)
-        print(f"   bare httpx loop (unstreamed)  {b:8.0f} completions/s  (runs: {runs(bare)})")
-        bsh = statistics.median(bare_shared)
-        print(f"   the same, one shared pool     {bsh:8.0f} completions/s  (runs: "
-              f"{runs(bare_shared)})  {bsh / b:.2f}x")
-        bs = statistics.median(bare_streamed)
-        print(f"   bare httpx loop (streamed)    {bs:8.0f} completions/s  (runs: "
-              f"{runs(bare_streamed)})  {bs / b:.2f}x: the servers' streaming")
-        for stream in (False, True):
-            print(f"      bare loop's CPU per 1,000 requests, "
-                  f"{'streamed' if stream else 'unstreamed'}: "
-                  f"{statistics.median(bare_cpu[stream]):.2f} s  "
-                  f"(runs: {runs(bare_cpu[stream], '.2f')})")
+
+        def paired(xs: list[float], base: list[float]) -> str:
+            # Each run against the baseline run of the same round: drift on a shared
+            # machine hits both sides of a pair alike.
+            ps = [x / b for x, b in zip(xs, base)]
+            return f"{statistics.median(ps):.2f}x (runs: {runs(ps, '.2f')})"
+
+        base = rate["httpx", False]
+        for lib, stream in loops:
+            name = f"bare {lib} loop, {'streamed' if stream else 'unstreamed'}"
+            print(f"   {name:32s} {statistics.median(rate[lib, stream]):6.0f}/s  "
+                  f"(runs: {runs(rate[lib, stream])})  {paired(rate[lib, stream], base)}; "
+                  f"CPU {statistics.median(bare_cpu[lib, stream]):.2f} s per 1,000")
         for stream, target in ((False, 0.8), (True, 0.9)):
-            dm = statistics.median(daemon[stream])
-            # Each run against the bare run just before it: drift on a shared machine
-            # hits both sides of a pair alike.
-            paired = [d / x for d, x in zip(daemon[stream], bare)]
-            name = "daemon streamed   " if stream else "daemon unstreamed "
-            print(f"   {name}            {dm:8.0f} completions/s  (runs: "
-                  f"{runs(daemon[stream])})  {statistics.median(paired):.2f}x paired "
-                  f"(runs: {runs(paired, '.2f')}; target >= {target})")
-            print(f"      CPU per 1,000 requests    {statistics.median(cpu[stream]):8.2f} s  "
-                  f"(runs: {runs(cpu[stream], '.2f')})")
-            if stream:
-                ps = [d / x for d, x in zip(daemon[True], bare_streamed)]
-                print(f"      vs the bare streamed loop {statistics.median(ps):8.2f}x paired")
+            name = f"daemon, {'streamed' if stream else 'unstreamed'}"
+            print(f"   {name:32s} {statistics.median(daemon[stream]):6.0f}/s  "
+                  f"(runs: {runs(daemon[stream])})  CPU {statistics.median(cpu[stream]):.2f} s "
+                  f"per 1,000 (runs: {runs(cpu[stream], '.2f')})")
+            print(f"      vs bare httpx unstreamed   {paired(daemon[stream], base)}; "
+                  f"target >= {target}")
+            print(f"      vs bare aiohttp, same shape "
+                  f"{paired(daemon[stream], rate['aiohttp', stream])}")
     finally:
         stop_sims(sims)
 

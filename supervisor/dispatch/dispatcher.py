@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import json
 import logging
-import secrets
+import random
 import time
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, AsyncIterator, Callable
 
+import aiohttp
 import anyio
-import httpx
 
 from state.records import ClaimedPrompt, Outcome, Requeue, Retry
 from state.settings_keys import Setting
@@ -51,7 +51,7 @@ from supervisor.dispatch.stream_loop_watch import StreamLoopWatch
 from supervisor.dispatch.stream_deadlines import StreamDeadlines
 from supervisor.dispatch.stream_request import (ABORT_TIMEOUT_S, Streamed, abort_request,
                                                 stream_chat)
-from supervisor.dispatch.worker_client import worker_client
+from supervisor.dispatch.worker_client import WIRE_ERRORS, wire_failure, worker_client
 from supervisor.servers.endpoint import Endpoint
 
 log = logging.getLogger("supervisor.dispatch")
@@ -61,6 +61,7 @@ log = logging.getLogger("supervisor.dispatch")
 # counted. Only if the server is still considered alive after this grace is it a retry.
 GONE_GRACE_S = 3.0
 BREAKER = "breaker"        # the pause key of the circuit breaker (error_breaker.py)
+_JSON = {"content-type": "application/json"}
 
 
 @dataclass
@@ -79,8 +80,10 @@ def request_id(prompt: ClaimedPrompt) -> str:
     """The request id a streamed attempt runs under: the prompt id and the attempt number,
     so the server's log lines match ours, and a random tail. SGLang aborts every request
     whose id *starts with* the one named (`sglang/srt/managers/scheduler.py` abort_request),
-    so no id may be a prefix of another: the fixed-length random tail sees to that."""
-    return f"{prompt.id}#{prompt.attempts + 1}#{secrets.token_hex(6)}"
+    so no id may be a prefix of another: the fixed-length random tail sees to that. Not a
+    secret, only distinct: Python's generator, not a system call per request (os.urandom was
+    4% of the daemon's time per streamed request, benchmarks/bench_dispatch.py)."""
+    return f"{prompt.id}#{prompt.attempts + 1}#{random.getrandbits(48):012x}"
 
 
 def _with_waste(outcome: Outcome, answer: Answer, server: str,
@@ -340,6 +343,9 @@ class Dispatcher:
                     # buffer.
                 clock.cancel_scope.cancel()
         finally:
+            with anyio.CancelScope(shield=True):
+                # First: the requeue below may raise (a full disk) and must not leak it.
+                await aborts.close()
             del self._serving[key]
             leftover: list[Outcome | Wasted] = [Requeue(pid) for pid in serving.claimed]
             # What the cut-off requests had generated is lost: to a graceful stop or a
@@ -356,8 +362,6 @@ class Dispatcher:
                 log.info("%s: %d claimed prompts back to pending", endpoint.name,
                          len(serving.claimed))
                 self.poke()
-            with anyio.CancelScope(shield=True):
-                await aborts.aclose()
 
     async def _wake_on(self, draining: anyio.Event, serving: _Serving) -> None:
         await draining.wait()
@@ -415,9 +419,9 @@ class Dispatcher:
             await self._work(serving, recv, client)
         finally:
             with anyio.CancelScope(shield=True):
-                await client.aclose()
+                await client.close()
 
-    async def _work(self, serving: _Serving, recv: Any, client: httpx.AsyncClient) -> None:
+    async def _work(self, serving: _Serving, recv: Any, client: aiohttp.ClientSession) -> None:
         async with recv:
             async for prompt in recv:
                 serving.wake.set()     # a buffer slot freed: the feeder may refill
@@ -439,7 +443,7 @@ class Dispatcher:
                         # learnt (an answer has already left the estimator's running set).
                         self.eta.dropped(prompt.id)
 
-    async def _one(self, serving: _Serving, client: httpx.AsyncClient,
+    async def _one(self, serving: _Serving, client: aiohttp.ClientSession,
                    prompt: ClaimedPrompt) -> None:
         endpoint = serving.endpoint
         p = self.progress(endpoint.name)
@@ -469,16 +473,12 @@ class Dispatcher:
                                              deadlines=serving.deadlines, sa=sa)
                 answer, gone = streamed.answer, streamed.gone
             else:
-                resp = await client.post(
-                    endpoint.base_url + "/v1/chat/completions", content=body,
-                    headers={"content-type": "application/json"}, timeout=timeout)
-                answer = classify_response(resp.status_code, resp.text)
-        except httpx.TimeoutException as exc:
-            answer = Retryable(f"no answer within {timeout:g} s ({type(exc).__name__})",
-                               "timeout")
-        except httpx.TransportError as exc:
-            answer = None
-            gone = f"{type(exc).__name__}: {exc}"
+                async with client.post(endpoint.base_url + "/v1/chat/completions",
+                                       data=body, headers=_JSON) as resp:
+                    answer = classify_response(
+                        resp.status, (await resp.read()).decode("utf-8", "replace"))
+        except WIRE_ERRORS as exc:
+            answer, gone = wire_failure(exc, timeout)
         except anyio.get_cancelled_exc_class():
             serving.cut[prompt.id] = (sa.tokens, sa.counted)
             raise

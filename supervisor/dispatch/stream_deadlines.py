@@ -9,7 +9,7 @@ abort, with the usage of what it cost; a stream the server does not end within
 
 Why not a watcher beside each request: that is a task group, a task and a timer per request,
 on the dispatch path of every streamed request (benchmarks/bench_dispatch.py). Why not a moving deadline
-on the read itself: cancelling an httpx read closes its connection at once, so the server
+on the read itself: cancelling a read closes its connection at once, so the server
 would see a client gone before the abort named the request.
 """
 

@@ -22,13 +22,14 @@ import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
+import aiohttp
 import anyio
-import httpx
 
 from supervisor.dispatch.completion import Answer, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_deadlines import StreamDeadlines
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
+from supervisor.dispatch.worker_client import WIRE_ERRORS, wire_failure
 
 log = logging.getLogger("supervisor.dispatch")
 
@@ -51,29 +52,31 @@ class Streamed:
         return self.stream.tokens
 
 
-async def abort_request(client: httpx.AsyncClient, base_url: str, rid: str) -> bool:
+async def abort_request(client: aiohttp.ClientSession, base_url: str, rid: str) -> bool:
     """Ask the server to stop `rid`; false when it could not be told (already gone)."""
     try:
-        resp = await client.post(base_url + "/abort_request",
-                                 content=b'{"rid": ' + _json_str(rid) + b', "abort_all": false}',
-                                 headers=_HEADERS, timeout=ABORT_TIMEOUT_S)
-    except httpx.HTTPError as exc:
+        with anyio.fail_after(ABORT_TIMEOUT_S):
+            async with client.post(base_url + "/abort_request",
+                                   data=b'{"rid": ' + _json_str(rid) + b', "abort_all": false}',
+                                   headers=_HEADERS) as resp:
+                await resp.read()
+                return resp.status == 200
+    except WIRE_ERRORS as exc:
         log.warning("abort of %s at %s failed: %s: %s", rid, base_url, type(exc).__name__, exc)
         return False
-    return resp.status_code == 200
 
 
 def _json_str(text: str) -> bytes:
     return json.dumps(text, ensure_ascii=False).encode()
 
 
-async def _lines(resp: httpx.Response) -> AsyncIterator[bytes]:
-    """The stream's lines as bytes. httpx's aiter_lines decodes each read to text and splits
-    it in Python; splitting the bytes here, and leaving the decoding to json, is a sixth of
-    the daemon's per-chunk CPU (benchmarks/bench_dispatch.py). SSE ends a line with LF, CRLF
-    or CR (the HTML spec's event-stream grammar); SGLang sends LF."""
+async def _lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
+    """The stream's lines as bytes, split here from each read as it came. Not aiohttp's own
+    line iterator: it refuses a line longer than its buffer, and one coalesced SSE event can
+    carry a whole 32K-token answer. SSE ends a line with LF, CRLF or CR (the HTML spec's
+    event-stream grammar); SGLang sends LF. Decoding is left to json (bytes in)."""
     rest = b""
-    async for chunk in resp.aiter_bytes():
+    async for chunk in resp.content.iter_any():
         if rest:
             chunk = rest + chunk
         lines = chunk.splitlines()
@@ -85,7 +88,7 @@ async def _lines(resp: httpx.Response) -> AsyncIterator[bytes]:
         yield rest
 
 
-async def stream_chat(client: httpx.AsyncClient, base_url: str, body: bytes, rid: str, *,
+async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes, rid: str, *,
                       stall_s: float, timeout_s: float, watch: StreamLoopWatch | None,
                       deadlines: StreamDeadlines, sa: StreamAnswer | None = None) -> Streamed:
     """`sa` may be passed in so a caller cancelled meanwhile still knows the tokens so far."""
@@ -93,35 +96,27 @@ async def stream_chat(client: httpx.AsyncClient, base_url: str, body: bytes, rid
     out = Streamed(None, sa)
     give_up_at = anyio.current_time() + timeout_s
     try:
-        async with client.stream("POST", base_url + "/v1/chat/completions", content=body,
-                                 headers=_HEADERS, timeout=timeout_s) as resp:
-            if resp.status_code != 200 or not resp.headers.get(
+        async with client.post(base_url + "/v1/chat/completions", data=body,
+                               headers=_HEADERS) as resp:
+            if resp.status != 200 or not resp.headers.get(
                     "content-type", "").startswith("text/event-stream"):
                 # An error before the stream began (SGLang sends it as plain JSON), or a
                 # server that answers a streamed request in one piece: judged as unstreamed.
-                text = (await resp.aread()).decode("utf-8", "replace")
-                out.answer = classify_response(resp.status_code, text)
+                text = (await resp.read()).decode("utf-8", "replace")
+                out.answer = classify_response(resp.status, text)
                 return out
             await _watch(client, base_url, resp, rid, out, watch, stall_s, timeout_s,
                          give_up_at, deadlines)
-    except httpx.TimeoutException as exc:
-        out.answer = Retryable(f"no answer within {timeout_s:g} s ({type(exc).__name__})",
-                               "timeout")
-        return out
-    except httpx.TransportError as exc:
-        out.gone = f"{type(exc).__name__}: {exc}"
-        return out
-    except httpx.HTTPError as exc:          # a body httpx could not decode, and the like
-        out.answer = Retryable(f"unreadable stream ({type(exc).__name__}: {exc})",
-                               "nonsense answer")
+    except WIRE_ERRORS as exc:
+        out.answer, out.gone = wire_failure(exc, timeout_s)
         return out
     if out.answer is None:
         out.answer = sa.answer(finish_reason="length" if out.loop is not None else None)
     return out
 
 
-async def _watch(client: httpx.AsyncClient, base_url: str, resp: httpx.Response, rid: str,
-                 out: Streamed, watch: StreamLoopWatch | None, stall_s: float,
+async def _watch(client: aiohttp.ClientSession, base_url: str, resp: aiohttp.ClientResponse,
+                 rid: str, out: Streamed, watch: StreamLoopWatch | None, stall_s: float,
                  timeout_s: float, give_up_at: float, deadlines: StreamDeadlines) -> None:
     """Read the stream, each token pushing its deadline back; the server's sweeper
     (stream_deadlines.py) aborts it on a stall or a timeout, while it is still open. A loop

@@ -132,6 +132,35 @@ async def test_a_retry_that_then_succeeds_is_done_on_its_second_attempt(tmp_path
     assert set(db_rows(tmp_path, "select status, attempts, error from prompts")) == {("done", 2, None)}
 
 
+@pytest.mark.parametrize("stream", [True, False], ids=["streamed", "unstreamed"])
+@pytest.mark.parametrize("mode, expect", [
+    # A reply that is not HTTP: an answer of nonsense, retried at once.
+    ("not-http", "unreadable answer"),
+    # A connection closed in the middle of the answer: the server may have died; after the
+    # grace with the server still up, a retry of kind connection.
+    ("cut", "connection to gpu0 failed"),
+    # No byte back within dispatch.request_timeout_s.
+    ("silent", "no answer within 1 s"),
+])
+async def test_wire_failures_are_retries_that_name_the_fault(tmp_path, odd_server, mode,
+                                                            expect, stream):
+    url = odd_server(mode)
+    await _wait_listening(url)
+    rows = _rows(3)
+    store = open_store(tmp_path, rows)
+    cfg = job_config(tmp_path, dispatch={"max_attempts": 2, "stream": stream,
+                                         "request_timeout_s": 1.0})
+    try:
+        async with dispatching(store, cfg) as (d, astore):
+            d.gone_grace_s = 0.05
+            await serve_until(d, astore, Endpoint("gpu0", url, 3),
+                              lambda c: c.failed == len(rows))
+    finally:
+        store.close()
+    got = db_rows(tmp_path, "select attempts, error from prompts")
+    assert all(a == 2 and expect in e for a, e in got), got
+
+
 async def test_unreachable_server_is_retried_after_the_grace(tmp_path):
     rows = _rows(3)
     store = open_store(tmp_path, rows)
