@@ -16,7 +16,6 @@ import logging
 import random
 import time
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, AsyncIterator, Callable
 
@@ -49,6 +48,7 @@ from supervisor.dispatch.stall_watch import StallWindow
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_loop_watch import StreamLoopWatch
 from supervisor.dispatch.stream_deadlines import StreamDeadlines
+from supervisor.dispatch.serving import Serving, take_over
 from supervisor.dispatch.stream_request import (ABORT_TIMEOUT_S, Streamed, abort_request,
                                                 stream_chat)
 from supervisor.dispatch.worker_client import WIRE_ERRORS, wire_failure, worker_client
@@ -62,18 +62,6 @@ log = logging.getLogger("supervisor.dispatch")
 GONE_GRACE_S = 3.0
 BREAKER = "breaker"        # the pause key of the circuit breaker (error_breaker.py)
 _JSON = {"content-type": "application/json"}
-
-
-@dataclass
-class _Serving:
-    endpoint: Endpoint
-    claimed: dict[str, ClaimedPrompt] = field(default_factory=dict)  # not yet resolved
-    # Requests cut off with the server's life (cancelled): completion tokens they had
-    # streamed, and whether that count is the server's (not a guess), for the waste ledger.
-    cut: dict[str, tuple[int, bool]] = field(default_factory=dict)
-    wake: anyio.Event = field(default_factory=anyio.Event)
-    limit: InFlightLimit | None = None     # the saturation guard may lower it live
-    deadlines: StreamDeadlines | None = None   # its streams' stall and timeout clocks
 
 
 def request_id(prompt: ClaimedPrompt) -> str:
@@ -115,7 +103,7 @@ class Dispatcher:
         self.lengths = LengthWindow()
         self.eta = LengthEta(busy_window_s=q.metrics_window_s, clock=clock)
         self._progress: dict[str, ServerProgress] = {}
-        self._serving: dict[int, _Serving] = {}
+        self._serving: dict[int, Serving] = {}
         self._paused: dict[str, str] = {}
         # A graceful stop: nothing new is claimed, requests in flight run to the end.
         self._stopping = False
@@ -317,7 +305,7 @@ class Dispatcher:
     # -- serving one endpoint ----------------------------------------------------------------
 
     async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None:
-        serving = _Serving(endpoint, limit=InFlightLimit(endpoint.max_running))
+        serving = Serving(endpoint, limit=InFlightLimit(endpoint.max_running))
         # A new life of the server: its stalls so far were its last life's.
         self.progress(endpoint.name).hung = None
         self._stalls.reset(endpoint.name)
@@ -337,6 +325,7 @@ class Dispatcher:
                         for _ in range(endpoint.max_running):
                             tg.start_soon(self._worker, serving, recv.clone())
                         own = recv.clone()     # the feeder's, to take buffered prompts back
+                    serving.buffer = own
                     async with send, own:
                         await self._feed(serving, send, own, draining, prefetch)
                     # Workers end once their request is done and the feeder has closed the
@@ -363,11 +352,11 @@ class Dispatcher:
                          len(serving.claimed))
                 self.poke()
 
-    async def _wake_on(self, draining: anyio.Event, serving: _Serving) -> None:
+    async def _wake_on(self, draining: anyio.Event, serving: Serving) -> None:
         await draining.wait()
         serving.wake.set()
 
-    async def _feed(self, serving: _Serving, send: Any, recv: Any, draining: anyio.Event,
+    async def _feed(self, serving: Serving, send: Any, recv: Any, draining: anyio.Event,
                     prefetch: int) -> None:
         name = serving.endpoint.name
         refill_at = max(1, prefetch // 4)
@@ -393,13 +382,17 @@ class Dispatcher:
                     for prompt in got:
                         send.send_nowait(prompt)
                     continue
+                if stats.tasks_waiting_receive and take_over(
+                        serving, self._serving.values(), send,
+                        min(space, stats.tasks_waiting_receive)):
+                    continue
                 # Nothing pending: a retry or a requeue elsewhere pokes us; poll as a backstop.
                 with anyio.move_on_after(1.0):
                     await serving.wake.wait()
                 continue
             await serving.wake.wait()
 
-    async def _give_back(self, serving: _Serving, recv: Any) -> None:
+    async def _give_back(self, serving: Serving, recv: Any) -> None:
         back: list[str] = []
         while True:
             try:
@@ -412,7 +405,7 @@ class Dispatcher:
                 for i in back:
                     serving.claimed.pop(i, None)
 
-    async def _worker(self, serving: _Serving, recv: Any) -> None:
+    async def _worker(self, serving: Serving, recv: Any) -> None:
         # Its own connection to the server (worker_client.py says why), for this life.
         client = worker_client(self.config.dispatch.request_timeout_s)
         try:
@@ -421,7 +414,7 @@ class Dispatcher:
             with anyio.CancelScope(shield=True):
                 await client.close()
 
-    async def _work(self, serving: _Serving, recv: Any, client: aiohttp.ClientSession) -> None:
+    async def _work(self, serving: Serving, recv: Any, client: aiohttp.ClientSession) -> None:
         async with recv:
             async for prompt in recv:
                 serving.wake.set()     # a buffer slot freed: the feeder may refill
@@ -442,8 +435,11 @@ class Dispatcher:
                         # Cancelled with its server, or ended without an answer: no length
                         # learnt (an answer has already left the estimator's running set).
                         self.eta.dropped(prompt.id)
+                        # A slot is free: at the end of a job the feeder may take prompts
+                        # over from another server's buffer (serving.py).
+                        serving.wake.set()
 
-    async def _one(self, serving: _Serving, client: aiohttp.ClientSession,
+    async def _one(self, serving: Serving, client: aiohttp.ClientSession,
                    prompt: ClaimedPrompt) -> None:
         endpoint = serving.endpoint
         p = self.progress(endpoint.name)
