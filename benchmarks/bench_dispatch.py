@@ -277,16 +277,18 @@ def main() -> None:
     ap.add_argument("--tokens-per-s", type=float, default=200.0)
     ap.add_argument("--timed-max-tokens", type=int, default=256)
     ap.add_argument("--only-instant", action="store_true", help="part 1 only")
+    ap.add_argument("--only-paced", action="store_true", help="part 2 only")
     args = ap.parse_args()
 
-    print(f"1. instant servers: {args.servers} x {args.slots} slots, {args.prompts} prompts, "
-          f"max_tokens 256")
-    print("   a. streams coalesced (one delta for the trace, one for the answer: SGLang's "
-          "stream to a reader behind the decode)")
-    instant(args, 0)
-    print("   b. a delta per 16 tokens (SGLang's stream to a reader that keeps up: ~20 chunks "
-          "a request, the per-chunk cost)")
-    instant(args, 16)
+    if not args.only_paced:
+        print(f"1. instant servers: {args.servers} x {args.slots} slots, {args.prompts} "
+              f"prompts, max_tokens 256")
+        print("   a. streams coalesced (one delta for the trace, one for the answer: SGLang's "
+              "stream to a reader behind the decode)")
+        instant(args, 0)
+        print("   b. a delta per 16 tokens (SGLang's stream to a reader that keeps up: ~20 "
+              "chunks a request, the per-chunk cost)")
+        instant(args, 16)
 
     if args.only_instant:
         return

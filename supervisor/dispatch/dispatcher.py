@@ -381,6 +381,11 @@ class Dispatcher:
                 if got:
                     for prompt in got:
                         send.send_nowait(prompt)
+                    if len(got) < space:
+                        # The store ran dry: a server waiting idle may take over what this
+                        # one buffered beyond its free slots (serving.py), now, not at its
+                        # next poll.
+                        self.poke()
                     continue
                 if stats.tasks_waiting_receive and take_over(
                         serving, self._serving.values(), send,
