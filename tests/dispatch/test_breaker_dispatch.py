@@ -23,7 +23,7 @@ from tests.fixtures.ports import free_port
 
 REFUSING_SERVER = REPO / "tests" / "fixtures" / "refusing_chat_server.py"
 BREAKER_KEYS = {"breaker_window": 20, "breaker_min_samples": 10, "breaker_error_rate": 0.5}
-# Thinking on needs SGLang's reasoning parser (supervisor/config.py refuses it without).
+# Thinking on needs SGLang's reasoning parser (supervisor/config/checks.py refuses it without).
 PARSER = {"flags": {"reasoning-parser": "qwen3"}}
 
 

@@ -72,7 +72,7 @@ def test_restart_only_keys_refuse_the_whole_reload_naming_the_key(section, key, 
 
 
 def test_max_tokens_at_the_context_length_is_refused_before_anything_applies():
-    # Such a config is refused when it is loaded (supervisor/config.py), so a reload
+    # Such a config is refused when it is loaded (supervisor/config/), so a reload
     # never gets to apply it.
     with pytest.raises(ReloadRefused, match="generation.max_tokens: 8192 is at or past the "
                                             "servers' context-length 8192"):

@@ -1,0 +1,211 @@
+"""The checks across keys and sections once the config is built (ranges, ports, the context
+length, the model name, the thinking parser), the warnings that load but may bite, and the
+GPUs the node really has."""
+
+from __future__ import annotations
+
+from supervisor.config.sections import ConfigError, JobConfig, ServersSection
+
+
+def validate(cfg: JobConfig) -> None:
+    def positive(key: str, value: float) -> None:
+        if value <= 0:
+            raise ConfigError(f"{key}: must be > 0, got {value}")
+
+    positive("job.shard_size", cfg.job.shard_size)
+    positive("generation.max_tokens", cfg.generation.max_tokens)
+    if not 0 <= cfg.generation.temperature <= 2:
+        raise ConfigError(f"generation.temperature: must be within 0..2, got {cfg.generation.temperature}")
+    if not 0 < cfg.generation.top_p <= 1:
+        raise ConfigError(f"generation.top_p: must be within (0, 1], got {cfg.generation.top_p}")
+    s = cfg.servers
+    if s.gpus and s.count:
+        raise ConfigError("servers: set either gpus or count, not both")
+    if not s.gpu_list:
+        raise ConfigError("servers: set gpus = [0, 1, ...] or count = N (N >= 1)")
+    if len(set(s.gpu_list)) != len(s.gpu_list):
+        raise ConfigError(f"servers.gpus: a GPU is listed twice: {list(s.gpu_list)}")
+    positive("servers.tp_size", s.tp_size)
+    if len(s.gpu_list) % s.tp_size:
+        raise ConfigError(
+            f"servers.tp_size: {len(s.gpu_list)} GPUs do not split into groups of {s.tp_size}"
+        )
+    if not 1 <= s.base_port <= 65535:
+        raise ConfigError(f"servers.base_port: must be a TCP port, got {s.base_port}")
+    if not s.model_path:
+        raise ConfigError("servers.model_path: required (the model SGLang loads)")
+    for key in ("model-path", "host", "port"):
+        if key in s.flags:
+            raise ConfigError(
+                f"servers.flags.{key}: set by the supervisor (use servers.model_path / host / base_port)"
+            )
+    for name in ("startup_timeout_s", "health_interval_s", "health_timeout_s", "hang_timeout_s",
+                 "stop_grace_s", "drain_timeout_s", "backoff_initial_s", "backoff_max_s",
+                 "failure_window_s"):
+        positive(f"servers.{name}", getattr(s, name))
+    positive("servers.health_failures", s.health_failures)
+    positive("servers.max_failures", s.max_failures)
+    _check_ports(s)
+    _check_context_length(cfg)
+    mrr = s.flags.get("max-running-requests")
+    if mrr is not None and (isinstance(mrr, bool) or not isinstance(mrr, int) or mrr < 1):
+        raise ConfigError(f"servers.flags.max-running-requests: must be an integer >= 1, got {mrr!r}")
+    _check_model_name(cfg)
+    _check_thinking_parser(cfg)
+    d = cfg.dispatch
+    if d.max_in_flight_per_server < 0:
+        raise ConfigError("dispatch.max_in_flight_per_server: must be >= 0 (0 = follow the server)")
+    positive("dispatch.request_timeout_s", d.request_timeout_s)
+    positive("dispatch.max_attempts", d.max_attempts)
+    positive("dispatch.claim_batch", d.claim_batch)
+    if d.stop_grace_s < 0:
+        raise ConfigError("dispatch.stop_grace_s: must be >= 0 (0 = requeue at once)")
+    if not 0 < d.breaker_error_rate <= 1:
+        raise ConfigError(f"dispatch.breaker_error_rate: must be within (0, 1] (1 = never pause), "
+                          f"got {d.breaker_error_rate}")
+    positive("dispatch.breaker_window", d.breaker_window)
+    positive("dispatch.stall_s", d.stall_s)
+    positive("dispatch.stall_hang_window_s", d.stall_hang_window_s)
+    if d.stall_hang_count < 0:
+        raise ConfigError(f"dispatch.stall_hang_count: must be >= 0 (0 = never), "
+                          f"got {d.stall_hang_count}")
+    positive("dispatch.saturation_floor", d.saturation_floor)
+    positive("dispatch.saturation_calm_s", d.saturation_calm_s)
+    if not 0 <= d.saturation_collapse_ratio < 1:
+        raise ConfigError(f"dispatch.saturation_collapse_ratio: must be within [0, 1) (0 = off), "
+                          f"got {d.saturation_collapse_ratio}")
+    if not 0 < d.breaker_min_samples <= d.breaker_window:
+        raise ConfigError(f"dispatch.breaker_min_samples: must be within 1..dispatch."
+                          f"breaker_window ({d.breaker_window}), got {d.breaker_min_samples}")
+    q = cfg.quality
+    positive("quality.window", q.window)
+    if not 0 < q.min_samples <= q.window:
+        raise ConfigError(f"quality.min_samples: must be within 1..quality.window ({q.window})")
+    for name in ("max_bad_rate", "max_truncation_rate", "max_loop_rate",
+                 "max_thinking_truncated_rate"):
+        value = getattr(q, name)
+        if not 0 < value <= 1:
+            raise ConfigError(f"quality.{name}: must be within (0, 1], got {value}")
+    positive("quality.metrics_window_s", q.metrics_window_s)
+    positive("control.interval_s", cfg.control.interval_s)
+    u = cfg.uploads
+    positive("uploads.concurrency", u.concurrency)
+    if u.multipart_threshold_bytes < 5 * 1024 * 1024:
+        raise ConfigError("uploads.multipart_threshold_bytes: S3 parts are at least 5 MiB")
+    if u.multipart_part_bytes < 5 * 1024 * 1024:
+        raise ConfigError("uploads.multipart_part_bytes: S3 parts are at least 5 MiB")
+    for name in ("timeout_s", "retry_initial_s", "retry_max_s", "drain_timeout_s"):
+        positive(f"uploads.{name}", getattr(u, name))
+    if u.retry_max_s < u.retry_initial_s:
+        raise ConfigError("uploads.retry_max_s: must be >= uploads.retry_initial_s")
+    if u.min_free_bytes < 0:
+        raise ConfigError("uploads.min_free_bytes: must be >= 0")
+    if not cfg.backup.interval_s >= 0:
+        raise ConfigError(f"backup.interval_s: must be >= 0 (0 = only at start and stop), "
+                          f"got {cfg.backup.interval_s}")
+    out = cfg.job.output
+    if out.startswith("s3://"):
+        bucket = out[len("s3://"):].split("/", 1)[0]
+        if not bucket:
+            raise ConfigError(f"job.output: no bucket in {out!r} (expected s3://bucket/prefix/)")
+    elif "://" in out:
+        raise ConfigError(f"job.output: a local directory or s3://bucket/prefix/, got {out!r}")
+
+
+def _check_ports(s: ServersSection) -> None:
+    """Server i listens on base_port + i; SGLang flags that name a port of their own must
+    not land in that range, and a fixed one cannot serve several servers (each would bind it)."""
+    n_servers = len(s.gpu_list) // s.tp_size
+    first, last = s.base_port, s.base_port + n_servers - 1
+    if last > 65535:
+        raise ConfigError(f"servers.base_port: {n_servers} servers need ports {first}..{last}, "
+                          "past 65535")
+    for name, value in s.flags.items():
+        if not name.endswith("port") or isinstance(value, bool) or not isinstance(value, int):
+            continue
+        if not 1 <= value <= 65535:
+            raise ConfigError(f"servers.flags.{name}: must be a TCP port (1..65535), got {value}")
+        if first <= value <= last:
+            raise ConfigError(f"servers.flags.{name}: port {value} overlaps the servers' ports "
+                              f"{first}..{last} (servers.base_port)")
+        if n_servers > 1:
+            raise ConfigError(f"servers.flags.{name}: every one of the {n_servers} servers would "
+                              f"bind port {value}; leave it unset so SGLang picks one per server")
+
+
+def _check_context_length(cfg: JobConfig) -> None:
+    # SGLang answers 400 to a request whose prompt + max_tokens reaches the context length:
+    # with max_tokens alone at or past it, every prompt would fail.
+    ctx = cfg.servers.context_length
+    if ctx is not None and cfg.generation.max_tokens >= ctx:
+        raise ConfigError(f"generation.max_tokens: {cfg.generation.max_tokens} is at or past the "
+                          f"servers' context-length {ctx}; SGLang would refuse every request "
+                          "(leave room for the prompt)")
+
+
+def _check_model_name(cfg: JobConfig) -> None:
+    # SGLang reads a request's "model" as "base-model:adapter-name" and serves the part after
+    # the colon as a LoRA adapter, unless the whole name is the served model name
+    # (`sglang/srt/entrypoints/openai/serving_base.py`, _parse_model_parameter). With no such
+    # adapter every request is a 400: the whole job failing in minutes, not a per-prompt error.
+    model = cfg.job.model
+    if ":" not in model:
+        return
+    served = cfg.servers.flags.get("served-model-name") or cfg.servers.model_path
+    if model == served:
+        return
+    raise ConfigError(f"job.model: {model!r} contains ':', which SGLang reads as "
+                      "model:LoRA-adapter; use a name without ':' (the model is chosen by "
+                      "servers.model_path; job.model only labels requests)")
+
+
+# Refused rather than warned: without a reasoning parser SGLang (0.5.23) answers with the
+# thinking inside `content`, <think> tags and all, and `reasoning_content` empty. Every
+# answer is then "bad" in a way a day-long job only shows at the end (or, paused by the
+# quality gate, after the first window) -- an operator would rather be stopped at start
+# than find 900K answers with their thinking in the wrong field.
+def _check_thinking_parser(cfg: JobConfig) -> None:
+    if not cfg.generation.enable_thinking:
+        return
+    parser = cfg.servers.flags.get("reasoning-parser")
+    if parser is None or parser is False or parser == "":
+        raise ConfigError(
+            "generation.enable_thinking = true needs servers.flags.reasoning-parser (e.g. "
+            "reasoning-parser = \"qwen3\", the model's parser): without it SGLang returns the "
+            "thinking inside content with its <think> tags; set it, or set "
+            "generation.enable_thinking = false")
+
+
+# SGLang picks each server's NCCL port below the kernel's ephemeral range, from 22000..29999
+# (`sglang/srt/utils/network.py` get_free_port_below_ephemeral, called by PortArgs.init_new in
+# `sglang/srt/server_args.py` when --nccl-port is not given).
+NCCL_PORTS = (22000, 29999)
+
+
+def load_warnings(cfg: JobConfig) -> list[str]:
+    """What loads but may bite: one line each, logged at load and printed by `check`."""
+    out = []
+    s = cfg.servers
+    first, last = s.base_port, s.base_port + len(s.gpu_list) // s.tp_size - 1
+    low, high = NCCL_PORTS
+    if first <= high and last >= low:
+        # A warning, not a refusal: SGLang takes a port only if it is free when it looks, so
+        # this is a chance, not a certainty -- but when a starting server finds its HTTP port
+        # taken by another server's NCCL store it fails, and nothing restarts it out of that.
+        out.append(f"servers.base_port: the servers' ports {first}..{last} fall inside "
+                   f"{low}..{high}, where SGLang picks its NCCL ports; a server can find its "
+                   f"port taken by another's NCCL store (use base_port >= {high + 1}, e.g. 30000)")
+    return out
+
+
+def check_gpus_exist(cfg: JobConfig, device_count: int | None) -> None:
+    """Refuse GPU indices the node does not have, when the driver can say how many it has
+    (`device_count` None: no driver here, nothing to check). The simulator needs no GPU."""
+    if device_count is None or any("supervisor.sim" in part for part in cfg.servers.command):
+        return
+    missing = [g for g in cfg.servers.gpu_list if g >= device_count]
+    if missing:
+        key = "servers.gpus" if cfg.servers.gpus else "servers.count"
+        raise ConfigError(f"{key}: GPU {', '.join(map(str, missing))} does not exist "
+                          f"(this node has {device_count}: 0..{device_count - 1})")
+

@@ -1,0 +1,91 @@
+"""One TOML table to one section: every key known, every value checked against its field's
+type, the key's dotted path in each refusal."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import fields
+from typing import Any
+
+from supervisor.config.sections import ConfigError, Partition
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp))
+
+
+def _coerce(key: str, value: Any, annotation: str) -> Any:
+    """Check one value against its field's annotation (annotations are strings here)."""
+    ann = annotation.replace(" ", "")
+    optional = ann.endswith("|None")
+    if optional:
+        if value is None:
+            return None
+        ann = ann[: -len("|None")]
+    if ann == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if ann == "int":
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        return value
+    if ann == "float":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConfigError(f"{key}: expected a number, got {value!r}")
+        # TOML has nan and inf; no setting here means anything with them (an infinite
+        # timeout passes "> 0" and then crashes the first sleep or deadline computed from it).
+        if not math.isfinite(value):
+            raise ConfigError(f"{key}: must be a finite number, got {value!r}")
+        return float(value)
+    if ann == "str":
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected a string, got {value!r}")
+        return value
+    if ann == "Partition":
+        if value == "auto":
+            # Resolved by parse_config, which knows the environment and partition_count.
+            return value
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected \"I/N\" as a string, got {value!r}")
+        return Partition.parse(value, key)
+    if ann == "tuple[int,...]":
+        if not isinstance(value, list) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value
+        ):
+            raise ConfigError(f"{key}: expected a list of integers, got {value!r}")
+        return tuple(value)
+    if ann == "tuple[str,...]":
+        if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{key}: expected a non-empty list of strings, got {value!r}")
+        return tuple(value)
+    if ann == "Mapping[str,Any]":
+        return check_flags(key, value)
+    raise AssertionError(f"no coercion for {annotation}")
+
+
+def check_flags(key: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise ConfigError(f"{key}: expected a table of SGLang flags, got {value!r}")
+    out: dict[str, Any] = {}
+    for name, v in value.items():
+        if name.startswith("-"):
+            raise ConfigError(f"{key}.{name}: write flag names without the leading dashes")
+        if isinstance(v, dict) or (isinstance(v, list) and any(isinstance(x, (dict, list)) for x in v)):
+            raise ConfigError(f"{key}.{name}: a flag value is a string, number, boolean or list")
+        out[name] = v
+    return out
+
+
+def build_section(name: str, cls: type, raw: Any) -> Any:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"[{name}]: expected a table")
+    known = {f.name: f for f in fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key not in known:
+            allowed = ", ".join(sorted(known))
+            raise ConfigError(f"{name}.{key}: unknown key (allowed: {allowed})")
+        kwargs[key] = _coerce(f"{name}.{key}", value, str(known[key].type))
+    return cls(**kwargs)
+

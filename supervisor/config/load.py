@@ -1,0 +1,85 @@
+"""A config from TOML (a file, or a mapping already read): sections built, the partition
+resolved, checked; and a config with other server flags (a live retune)."""
+
+from __future__ import annotations
+
+import logging
+import os
+import tomllib
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Mapping
+
+from supervisor.config.checks import validate, load_warnings
+from supervisor.config.coerce import build_section, check_flags
+from supervisor.config.sections import SECTIONS, ConfigError, JobConfig, JobSection, Partition
+
+
+def _resolve_auto_partition(job: JobSection, env: Mapping[str, str]) -> JobSection:
+    from supervisor.partition_env import PartitionEnvError, resolve
+
+    if job.partition_count < 0:
+        raise ConfigError(f"job.partition_count: must be >= 0, got {job.partition_count}")
+    if job.partition != "auto":  # type: ignore[comparison-overlap]
+        return job
+    try:
+        found = resolve(env, job.partition_count)
+    except PartitionEnvError as exc:
+        raise ConfigError(f"job.partition = \"auto\": {exc}") from None
+    return replace(job, partition=Partition(found.index, found.count))
+
+
+def parse_config(data: Mapping[str, Any], base_dir: Path = Path("."),
+                 env: Mapping[str, str] | None = None) -> JobConfig:
+    """`env` is where `job.partition = "auto"` looks (the process environment by default)."""
+    sections: dict[str, Any] = {}
+    for name, raw in data.items():
+        cls = SECTIONS.get(name)
+        if cls is None:
+            allowed = ", ".join(f"[{n}]" for n in SECTIONS)
+            raise ConfigError(f"[{name}]: unknown section (allowed: {allowed})")
+        sections[name] = build_section(name, cls, raw)
+    sections["job"] = _resolve_auto_partition(sections.get("job", JobSection()),
+                                              os.environ if env is None else env)
+    cfg = JobConfig(**sections, base_dir=base_dir)
+    validate(cfg)
+    return cfg
+
+
+def load_config(path: str | Path, workdir: str | Path | None = None) -> JobConfig:
+    """`workdir` replaces the config file's directory as the base of relative paths: one
+    config shared by many nodes, each with its own state, spool and logs."""
+    path = Path(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: not valid TOML: {exc}") from None
+    base = Path(workdir).expanduser().resolve() if workdir is not None else path.resolve().parent
+    cfg = parse_config(data, base_dir=base)
+    for line in load_warnings(cfg):
+        logging.getLogger("supervisor.config").warning("%s: %s", path, line)
+    return cfg
+
+
+def with_flags(cfg: JobConfig, flags: Mapping[str, Any]) -> JobConfig:
+    """A copy with server flags merged in (retune); a value of None removes a flag."""
+    merged = dict(cfg.servers.flags)
+    for key, value in check_flags("servers.flags", dict(flags)).items():
+        if value is None:
+            merged.pop(key, None)
+        else:
+            merged[key] = value
+    new = replace(cfg, servers=replace(cfg.servers, flags=merged))
+    validate(new)
+    return new
+
