@@ -32,6 +32,9 @@ class NodeFeed:
 
     def row(self) -> NodeRow:
         if not self.link.connected and self.link.reason != "connecting":
+            if self.status is not None and NodeRow.finished(self.status):
+                # Gone after saying it was done: it finished and exited, figures final.
+                return NodeRow(self.daemon.socket, self.status, self.link.reason, exited=True)
             return NodeRow(self.daemon.socket, None, self.link.reason)
         if self.status is None:
             return NodeRow(self.daemon.socket, None, "connecting")

@@ -67,7 +67,7 @@ def table(rows: list[NodeRow], totals: FleetTotals) -> str:
     eta = duration(totals.eta_s) if totals.eta_s is not None else "?"
     lines.append(f"job: {totals.done:,}/{totals.total:,} ({pct}), {totals.failed} failed, "
                  f"{totals.req_per_s:.1f} req/s, ETA {eta} ({totals.eta_note}); "
-                 f"{totals.answering}/{totals.nodes} nodes answer, {totals.partitions}")
+                 f"{totals.nodes_line}, {totals.partitions}")
     return "\n".join(lines)
 
 

@@ -25,6 +25,19 @@ class NodeRow:
     socket: str
     status: Status | None        # None: no answer
     error: str | None = None     # why not
+    # The daemon no longer answers, and the last status it sent (`status`) had its whole
+    # partition done and uploaded: a node that finished and exited, as `run` does. Its
+    # figures are final, so they still count in the job's totals. Only a client that saw
+    # that last status (the TUI) can know it; a one-shot `status` sees a silent node.
+    exited: bool = False
+
+    @staticmethod
+    def finished(status: Status) -> bool:
+        """Nothing left to send or to upload: what a node's last status says before its
+        daemon exits at the end of its partition."""
+        j = status.job
+        return (j.pending + j.in_flight == 0
+                and (status.uploads is None or status.uploads.backlog_shards == 0))
 
     @property
     def partition(self) -> str:
@@ -67,6 +80,8 @@ class NodeRow:
         """The one thing an operator must see about this node, or a calm word."""
         if self.status is None:
             return f"UNREACHABLE: {self.error or 'no answer'}"
+        if self.exited:
+            return "finished (daemon exited)"
         s = self.status
         failed = [x.name for x in s.servers if x.state is ServerState.FAILED]
         if s.uploads is not None and s.uploads.stopped:
@@ -102,25 +117,39 @@ class FleetTotals:
     # many servers there are.
     limited_servers: int = 0
     servers: int = 0
+    exited: int = 0              # nodes that finished and exited (counted in the totals)
 
     @classmethod
     def of(cls, rows: list[NodeRow]) -> FleetTotals:
-        up = [r for r in rows if r.status is not None]
+        up = [r for r in rows if r.status is not None]       # exited nodes' last status too
+        live = [r for r in up if not r.exited]
         total = sum(r.status.job.total for r in up if r.status)
         done = sum(r.status.job.done for r in up if r.status)
         failed = sum(r.status.job.failed for r in up if r.status)
         remaining = sum(r.remaining for r in up)
-        rate = sum(r.status.rates.req_per_s for r in up if r.status)
+        rate = sum(r.status.rates.req_per_s for r in live if r.status)
         eta, note = _eta(rows)
         ledgers = [r.status.waste for r in up if r.status and r.status.waste is not None]
         kept = sum(w.kept_tokens for w in ledgers)
         wasted = sum(w.wasted_tokens for w in ledgers)
-        return cls(len(rows), len(up), total, done, failed, remaining, rate, eta, note,
+        return cls(len(rows), len(live), total, done, failed, remaining, rate, eta, note,
                    _partitions(up), kept_tokens=kept, wasted_tokens=wasted,
                    goodput=kept / (kept + wasted) if kept + wasted else None,
                    waste_causes=_causes(ledgers),
-                   limited_servers=sum(len(r.limited) for r in up),
-                   servers=sum(len(r.status.servers) for r in up if r.status))
+                   limited_servers=sum(len(r.limited) for r in live),
+                   servers=sum(len(r.status.servers) for r in live if r.status),
+                   exited=len(up) - len(live))
+
+    @property
+    def nodes_line(self) -> str:
+        """"3/3 nodes answer", and how many of the silent ones finished and exited."""
+        text = f"{self.answering}/{self.nodes} nodes answer"
+        return text + (f" ({self.exited} finished and exited)" if self.exited else "")
+
+    @property
+    def all_accounted(self) -> bool:
+        """Every node answers or has finished: no node's figures are missing."""
+        return self.answering + self.exited == self.nodes
 
 
 def _eta(rows: list[NodeRow]) -> tuple[float | None, str]:

@@ -155,3 +155,34 @@ def test_rows_name_nodes_by_what_tells_their_sockets_apart() -> None:
     # Nothing in common, or a single socket: the path (or its last two parts) as it is.
     assert short_names(["a.sock", "/b/a.sock"]) == ["a.sock", "/b/a.sock"]
     assert short_names(["/run/x/control.sock"]) == ["x/control.sock"]
+
+
+def finished(status: Status, part: str) -> Status:
+    """A node's last status before its daemon exits: its partition done and uploaded."""
+    s = node(status, part, 300_000, 0.0)
+    return replace(s, job=replace(s.job, pending=0, in_flight=0),
+                   uploads=replace(s.uploads, backlog_shards=0) if s.uploads else None)
+
+
+async def test_a_node_that_finished_and_exited_stays_counted_and_says_so() -> None:
+    # n0 runs; n1 sends its finished status and exits (as `run` does at the end of its
+    # partition); n2 sends a status with work left and dies: that one is lost, not finished.
+    nodes = [FakeDaemon(node(data.healthy(), "0/3", 120_000, 40_000.0), socket="/tmp/n0.sock"),
+             FakeDaemon(finished(data.healthy(), "1/3"), socket="/tmp/n1.sock",
+                        dies_after_first="connection refused"),
+             FakeDaemon(node(data.healthy(), "2/3", 5_000, 90_000.0), socket="/tmp/n2.sock",
+                        dies_after_first="connection refused")]
+    app = make_fleet_app(nodes, timing=STILL)   # type: ignore[arg-type]
+    async with app.run_test(size=WIDE) as pilot:
+        await settled(pilot)
+        table = app.screen.query_one(FleetTable)
+        states = [str(table.get_cell(str(i), "state")) for i in range(3)]
+        assert states[0] == "running" and states[1] == "finished (daemon exited)"
+        assert states[2].startswith("UNREACHABLE")
+        totals = app.screen.query_one(FleetTotalsLine).totals
+        assert totals is not None
+        # The finished node's 300,000 still count; the lost node's do not.
+        assert (totals.done, totals.total) == (420_000, 600_000)
+        assert (totals.answering, totals.exited, totals.all_accounted) == (1, 1, False)
+        health = str(app.screen.query_one(FleetTotalsLine).render()).splitlines()[1]
+        assert health.startswith(" 1/3 nodes answer (1 finished and exited), 2 of 3 partitions")

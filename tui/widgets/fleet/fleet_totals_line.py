@@ -48,8 +48,8 @@ class FleetTotalsLine(Widget):
     @staticmethod
     def _health(f: FleetTotals) -> Text:
         t = Text(" ", no_wrap=True, overflow="ellipsis")
-        style = "bold white on red" if f.answering < f.nodes or "MIXED" in f.partitions else "dim"
-        t.append(f"{f.answering}/{f.nodes} nodes answer, {f.partitions}", style=style)
+        style = "bold white on red" if not f.all_accounted or "MIXED" in f.partitions else "dim"
+        t.append(f"{f.nodes_line}, {f.partitions}", style=style)
         if f.goodput is not None:
             t.append("  goodput ")
             t.append(f"{100 * f.goodput:.1f}%", style=goodput_style(f.goodput) or "bold")
