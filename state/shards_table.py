@@ -132,11 +132,17 @@ class ShardsTable(StoreConnection):
 
     def upload_backlog(self) -> tuple[int, int]:
         """(shards, bytes) not uploaded yet (assigned or written)."""
-        n, b = self._read("SELECT count(*), coalesce(sum(bytes), 0) FROM shards "
-                          "WHERE status IN ('assigned', 'written')")[0]
-        return int(n), int(b)
+        return self.upload_totals()[0]
 
     def uploaded_totals(self) -> tuple[int, int]:
-        n, b = self._read("SELECT count(*), coalesce(sum(bytes), 0) FROM shards "
-                          "WHERE status = 'uploaded'")[0]
-        return int(n), int(b)
+        return self.upload_totals()[1]
+
+    def upload_totals(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        """((shards, bytes) waiting, (shards, bytes) uploaded), read in one statement: two
+        reads could straddle an upload's commit and show a shard in both or in neither."""
+        row = self._read(
+            "SELECT coalesce(sum(status IN ('assigned', 'written')), 0), "
+            "coalesce(sum(CASE WHEN status IN ('assigned', 'written') THEN bytes END), 0), "
+            "coalesce(sum(status = 'uploaded'), 0), "
+            "coalesce(sum(CASE WHEN status = 'uploaded' THEN bytes END), 0) FROM shards")[0]
+        return (int(row[0]), int(row[1])), (int(row[2]), int(row[3]))

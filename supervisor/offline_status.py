@@ -43,8 +43,7 @@ def main(state: str, events: int = 10) -> int:
         joules = _joules(store)
         if joules:
             print(f"energy   {joules / 3.6e6:.2f} kWh on the job's GPUs so far")
-        shards, nbytes = store.upload_backlog()
-        up_shards, up_bytes = store.uploaded_totals()
+        (shards, nbytes), (up_shards, up_bytes) = store.upload_totals()
         print(f"shards   {up_shards} uploaded ({up_bytes / 1e6:.1f} MB), "
               f"{shards} waiting ({nbytes / 1e6:.1f} MB)")
         failed = store.last_upload_error()
@@ -96,8 +95,7 @@ def summary_json(state: str) -> dict[str, object] | None:
     store = Store.open(path)
     try:
         c = store.counts()
-        shards, nbytes = store.upload_backlog()
-        up_shards, up_bytes = store.uploaded_totals()
+        (shards, nbytes), (up_shards, up_bytes) = store.upload_totals()
         return {"job": {"total": c.total, "done": c.done, "pending": c.pending,
                         "in_flight": c.in_flight, "failed": c.failed},
                 "uploads": {"uploaded_shards": up_shards, "uploaded_bytes": up_bytes,

@@ -161,8 +161,8 @@ class Uploader:
         self._wake = anyio.Event()
 
     async def _refresh(self) -> None:
-        self._backlog = await self.astore.call(Store.upload_backlog)
-        self._uploaded = await self.astore.call(Store.uploaded_totals)
+        # One read for both: a status must never show a shard as waiting and uploaded.
+        self._backlog, self._uploaded = await self.astore.call(Store.upload_totals)
 
     async def _start_due(self, tg: TaskGroup) -> int:
         """Start uploads for waiting shards while there is room; returns how many wait."""

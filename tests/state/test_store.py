@@ -167,6 +167,7 @@ def test_written_then_uploaded_with_guards(store):
     [shard] = store.shards_to_write()
     assert store.mark_shard_written(1, 2, 123, "sha-a", "md5-a", 3.0, version=shard.version)
     assert store.upload_backlog() == (1, 123)
+    assert store.upload_totals() == ((1, 123), (0, 0))
     # An uploader that uploaded other bytes than the DB's current ones cannot mark it.
     assert not store.mark_shard_uploaded(1, "etag", "ck", 4.0, sha256="stale")
     store.note_upload_failure(1, "connection reset")
@@ -174,6 +175,7 @@ def test_written_then_uploaded_with_guards(store):
     assert store.mark_shard_uploaded(1, "etag", "ck", 4.0, sha256="sha-a")
     assert store.shard(1).last_error is None
     assert store.upload_backlog() == (0, 0) and store.uploaded_totals() == (1, 123)
+    assert store.upload_totals() == ((0, 0), (1, 123))
     assert not store.mark_shard_uploaded(1, "etag", "ck", 5.0)     # only from 'written'
 
 
