@@ -278,6 +278,9 @@ def main() -> None:
     ap.add_argument("--timed-max-tokens", type=int, default=256)
     ap.add_argument("--only-instant", action="store_true", help="part 1 only")
     ap.add_argument("--only-paced", action="store_true", help="part 2 only")
+    ap.add_argument("--stream-step", type=int, default=16,
+                    help="part 2: tokens per streamed delta (1: SGLang's default stream "
+                         "interval, a chunk per token)")
     args = ap.parse_args()
 
     if not args.only_paced:
@@ -296,11 +299,12 @@ def main() -> None:
     print(f"2. slot-limited servers: {args.servers} x {args.slots} slots at {tps:g} tok/s per "
           f"request, max_tokens {mt}, {args.timed_prompts} prompts")
     sims = start_sims(args.servers, ["--max-running-requests", str(args.slots),
-                                     "--sim-tokens-per-s", str(tps)])
+                                     "--sim-tokens-per-s", str(tps),
+                                     "--sim-stream-step", str(args.stream_step)])
     try:
         urls = [u for _, u in sims]
         theoretical = args.servers * args.slots * tps
-        ratios, bare_ratios, cpus = [], [], []
+        ratios, bare_ratios, cpus, cores = [], [], [], []
         for _ in range(args.repeats):
             t, tokens, _ = anyio.run(bare_loop, urls, args.timed_prompts, args.slots, mt)
             bare_ratios.append(tokens / t / theoretical)
@@ -308,13 +312,15 @@ def main() -> None:
                                      True)
             ratios.append(tokens / t / theoretical)
             cpus.append(c / args.timed_prompts * 1000)
+            cores.append(c / t)
         print(f"   theoretical max   {theoretical:8.0f} tok/s")
         print(f"   bare httpx loop   {statistics.median(bare_ratios) * 100:7.1f}% of it  (runs: "
               f"{', '.join(f'{r * 100:.1f}%' for r in bare_ratios)})")
         print(f"   daemon full path  {statistics.median(ratios) * 100:7.1f}% of it  (runs: "
               f"{', '.join(f'{r * 100:.1f}%' for r in ratios)}; target >= 97%)")
         print(f"      CPU per 1,000 requests {statistics.median(cpus):6.2f} s  (runs: "
-              f"{', '.join(f'{c:.2f}' for c in cpus)}; streamed, a delta per 16 tokens)")
+              f"{', '.join(f'{c:.2f}' for c in cpus)}; streamed, a delta per "
+              f"{args.stream_step} tokens); {100 * statistics.median(cores):.0f}% of a core")
     finally:
         stop_sims(sims)
 
