@@ -18,6 +18,7 @@ HELP = """usage: launch_server.py [-h] --model-path MODEL_PATH [--host HOST] [--
   --mem-fraction-static MEM_FRACTION_STATIC
   --max-running-requests MAX_RUNNING_REQUESTS, --max_running_requests
   --enable-metrics      Enable log prometheus metrics.
+  --stream-interval STREAM_INTERVAL
   --max-mamba-cache-size MAX_MAMBA_CACHE_SIZE
   --reasoning-parser {auto,deepseek-r1,qwen3}
 """
@@ -34,7 +35,8 @@ def test_prints_each_server_command(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert rc == 0, out
     assert ("CUDA_VISIBLE_DEVICES=1 python -m sglang.launch_server --model-path /models/nemotron "
-            "--host 127.0.0.1 --port 30101 --mem-fraction-static 0.88 --max-running-requests 64 "
+            "--host 127.0.0.1 --port 30101 --stream-interval 16 --mem-fraction-static 0.88 "
+            "--max-running-requests 64 "
             "--enable-metrics --max-mamba-cache-size 200 --reasoning-parser qwen3") in out
     assert "gpu0: GPUs 0, port 30100, 64 requests in flight" in out
     assert "flags OK" in out
@@ -101,7 +103,8 @@ def test_example_config_through_the_cli_prints_every_server_command() -> None:
         # Absolute: under systemd the venv is on no PATH.
         assert argv == ["/opt/dflash-supervisor/bin/python", "-m", "sglang.launch_server",
                         "--model-path", "/models/hybrid-mamba-8b", "--host", "127.0.0.1",
-                        "--port", str(30000 + gpu), "--mem-fraction-static", "0.88",
+                        "--port", str(30000 + gpu), "--stream-interval", "16",
+                        "--mem-fraction-static", "0.88",
                         "--max-running-requests", "48", "--max-mamba-cache-size", "160",
                         "--context-length", "16384", "--reasoning-parser", "qwen3",
                         "--enable-metrics"]

@@ -16,6 +16,14 @@ from supervisor.config import DispatchSection, ServersSection
 # server does not report its own on /server_info (see server_slots.py).
 DEFAULT_MAX_RUNNING = 32
 
+# Tokens per streamed chunk when the job's flags do not set --stream-interval. SGLang's
+# default is 1, a chunk per decode step (`sglang/srt/arg_groups/fields/serving.py`
+# stream_interval; the OpenAI route takes no per-request value): the daemon spends ~57 us
+# on each (benchmarks/README.md), and a node's 8 x 256 requests at ~50 tok/s would send
+# ~100,000 a second, several cores of it. 16 tokens a chunk still shows a stalled request
+# within a fraction of a second and a loop within 16 tokens.
+DEFAULT_STREAM_INTERVAL = 16
+
 # systemd hands these to the daemon; a child that inherits NOTIFY_SOCKET could send READY or
 # WATCHDOG on our behalf (SGLang does not, but a library might) and confuse the service state.
 _SYSTEMD_VARS = ("NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC")
@@ -79,6 +87,8 @@ def build_argv(servers: ServersSection, port: int) -> list[str]:
             "--host", servers.host, "--port", str(port)]
     if servers.tp_size > 1:
         argv += ["--tp-size", str(servers.tp_size)]
+    if "stream-interval" not in servers.flags:       # the job's own value wins, 1 included
+        argv += ["--stream-interval", str(DEFAULT_STREAM_INTERVAL)]
     return argv + flag_args(servers.flags)
 
 

@@ -138,11 +138,11 @@ def _sim_parser() -> argparse.ArgumentParser:
     s.add_argument("--sim-loop-share", type=float, default=0.0,
                    help="share of the long answers (past 4,096 tokens) that loop forever "
                         "instead (see looping_text.py)")
-    s.add_argument("--sim-stream-step", type=int, default=16,
-                   help="tokens per streamed delta (SGLang sends one per decode step); 0: "
-                        "the whole trace in one delta and the whole answer in another, as "
-                        "SGLang coalesces the deltas a client has not read yet "
-                        "(tokenizer_manager.py _coalesce_streaming_chunks)")
+    s.add_argument("--sim-stream-step", type=int, default=None,
+                   help="tokens per streamed delta (default: SGLang's --stream-interval "
+                        "when given, else 16); 0: the whole trace in one delta and the "
+                        "whole answer in another, as SGLang coalesces the deltas a client "
+                        "has not read yet (tokenizer_manager.py _coalesce_streaming_chunks)")
     s.add_argument("--sim-children", type=int, default=0,
                    help="sleeping child processes in our process group (like SGLang's "
                         "scheduler and detokenizer)")
@@ -169,8 +169,7 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         raise SystemExit("--sim-collapse-factor must be >= 1")
     if ns.max_running_requests is not None and ns.max_running_requests < 1:
         raise SystemExit("--max-running-requests must be >= 1")
-    if sim.sim_stream_step < 0:
-        raise SystemExit("--sim-stream-step must be >= 0")
+    stream_step = _stream_step(sim.sim_stream_step, rest, ns.stream_interval)
     return SimOptions(
         model_path=ns.model_path, host=ns.host or "127.0.0.1",
         port=30000 if ns.port is None else ns.port,
@@ -191,4 +190,19 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         collapse_factor=sim.sim_collapse_factor,
         disable_radix_cache=ns.disable_radix_cache, skip_server_warmup=ns.skip_server_warmup,
         launch_command=" ".join(["python3", "-m", "sglang.launch_server", *rest]),
-        stream_step=sim.sim_stream_step)
+        stream_step=stream_step)
+
+
+def _stream_step(sim_step: int | None, rest: list[str], stream_interval: int) -> int:
+    """Tokens per streamed delta: --sim-stream-step when given; else SGLang's own
+    --stream-interval when the launch sets it (the daemon does: servers/launch_command.py);
+    else 16, lighter than SGLang's default of 1 for servers a test starts by hand."""
+    if sim_step is not None:
+        if sim_step < 0:
+            raise SystemExit("--sim-stream-step must be >= 0")
+        return sim_step
+    if any(a == "--stream-interval" or a.startswith("--stream-interval=") for a in rest):
+        if stream_interval < 1:
+            raise SystemExit("--stream-interval must be >= 1")
+        return stream_interval
+    return 16

@@ -24,7 +24,7 @@ def test_one_server_per_gpu() -> None:
         ("gpu2", (2,), 31000, "2"), ("gpu5", (5,), 31001, "5")]
     assert list(specs[1].argv) == ["python", "-m", "sglang.launch_server", "--model-path",
                                    "/models/m", "--host", "127.0.0.1", "--port", "31001",
-                                   "--max-running-requests", "48"]
+                                   "--stream-interval", "16", "--max-running-requests", "48"]
     assert specs[0].base_url == "http://127.0.0.1:31000"
 
 
@@ -32,7 +32,7 @@ def test_tensor_parallel_groups() -> None:
     specs = build_specs(_servers(count=4, tp_size=2))
     assert [(s.name, s.cuda_visible_devices, s.port) for s in specs] == [
         ("gpu0-1", "0,1", 31000), ("gpu2-3", "2,3", 31001)]
-    assert specs[0].argv[-2:] == ("--tp-size", "2")
+    assert specs[0].argv[-4:-2] == ("--tp-size", "2")
 
 
 def test_env_drops_notify_socket_and_sets_devices() -> None:
@@ -53,3 +53,12 @@ def test_max_running_follows_config_then_flag_else_the_server_says() -> None:
 def test_job_config_defaults_build() -> None:
     cfg = replace(JobConfig(), servers=_servers(count=8))
     assert [s.name for s in build_specs(cfg.servers)] == [f"gpu{i}" for i in range(8)]
+
+
+def test_a_chunk_per_16_tokens_unless_the_job_sets_the_stream_interval() -> None:
+    # SGLang streams a chunk per decode step by default; the daemon asks for 16 tokens a
+    # chunk (launch_command.DEFAULT_STREAM_INTERVAL says why) unless the job says otherwise.
+    [spec] = build_specs(_servers(count=1))
+    assert list(spec.argv[-2:]) == ["--stream-interval", "16"]
+    [own] = build_specs(_servers(count=1, flags={"stream-interval": 1}))
+    assert own.argv.count("--stream-interval") == 1 and own.argv[-2:] == ("--stream-interval", "1")

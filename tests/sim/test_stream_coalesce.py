@@ -55,3 +55,29 @@ def test_coalesced_stream_is_one_delta_per_part_with_the_same_texts(sim_server):
 def test_a_negative_step_is_refused(sim_server):
     sim = sim_server("--sim-stream-step", "-1", wait=False)
     assert sim.proc.wait(timeout=30) != 0
+
+
+def test_sglangs_stream_interval_sets_the_delta_size_when_no_step_is_given(sim_server):
+    # SGLang sends a delta every --stream-interval decode steps (stream_interval in
+    # `sglang/srt/arg_groups/fields/serving.py`, default 1; applied in
+    # `sglang/srt/managers/scheduler_components/output_streamer.py`); the daemon launches
+    # with 16 (servers/launch_command.py).
+    # The same answer in deltas of 4 tokens is four times the deltas of 16 (the last of each
+    # part may be shorter); --sim-stream-step, when given, still wins.
+    four = sim_server("--sim-instant", "--reasoning-parser", "qwen3", "--stream-interval", "4")
+    sixteen = sim_server("--sim-instant", "--reasoning-parser", "qwen3",
+                         "--stream-interval", "16")
+    forced = sim_server("--sim-instant", "--reasoning-parser", "qwen3", "--stream-interval", "4",
+                        "--sim-stream-step", "16")
+    got4, s4 = _stream(four.base_url, 400)
+    got16, s16 = _stream(sixteen.base_url, 400)
+    got_forced, _ = _stream(forced.base_url, 400)
+    assert "".join(s4.reasoning) == "".join(s16.reasoning) and s4.usage == s16.usage
+    n4, n16 = len(_text_deltas(got4)), len(_text_deltas(got16))
+    assert 4 * n16 - 8 <= n4 <= 4 * n16, (n4, n16)
+    assert len(_text_deltas(got_forced)) == n16
+
+
+def test_a_stream_interval_below_one_is_refused(sim_server):
+    sim = sim_server("--stream-interval", "0", wait=False)
+    assert sim.proc.wait(timeout=30) != 0
