@@ -25,19 +25,19 @@ class NodeRow:
     socket: str
     status: Status | None        # None: no answer
     error: str | None = None     # why not
-    # The daemon no longer answers, and the last status it sent (`status`) had its whole
-    # partition done and uploaded: a node that finished and exited, as `run` does. Its
-    # figures are final, so they still count in the job's totals. Only a client that saw
-    # that last status (the TUI) can know it; a one-shot `status` sees a silent node.
+    # The daemon no longer answers, and the last status it sent (`status`, its farewell at
+    # shutdown: control/hub.py) had every prompt of its partition answered: a node that
+    # finished and exited, as `run` does. Its figures are final, so they still count in the
+    # job's totals. Only a client that saw that last status (the TUI) can know it; a one-shot
+    # `status` sees a silent node.
     exited: bool = False
 
     @staticmethod
     def finished(status: Status) -> bool:
-        """Nothing left to send or to upload: what a node's last status says before its
-        daemon exits at the end of its partition."""
-        j = status.job
-        return (j.pending + j.in_flight == 0
-                and (status.uploads is None or status.uploads.backlog_shards == 0))
+        """Nothing left to send: what a node's last status says when its daemon exits at
+        the end of its partition (the last shards' uploads come after the socket closes,
+        so its backlog may still show them)."""
+        return status.job.pending + status.job.in_flight == 0
 
     @property
     def partition(self) -> str:
@@ -81,6 +81,11 @@ class NodeRow:
         if self.status is None:
             return f"UNREACHABLE: {self.error or 'no answer'}"
         if self.exited:
+            u = self.status.uploads
+            if u is not None and u.backlog_shards:
+                # The daemon uploads these before it exits; `verify` is the proof.
+                return (f"finished (daemon exited with {u.backlog_shards} shards still to "
+                        f"upload at its last status)")
             return "finished (daemon exited)"
         s = self.status
         failed = [x.name for x in s.servers if x.state is ServerState.FAILED]

@@ -24,6 +24,7 @@ from supervisor.control.audit_events import event_of
 log = logging.getLogger("supervisor.control")
 
 EVENT_POLL_S = 0.2
+FAREWELL_S = 2.0        # the last snapshot at shutdown gets this long (a broken store: none)
 RECENT_EVENTS = 50
 REPLAY_PAGE = 500
 REPLAY_LIMIT = 20_000
@@ -186,6 +187,20 @@ class Hub:
                 self._publish(e.id, c.stream_line(event))
             if len(page) < REPLAY_PAGE:
                 return
+
+    async def farewell(self) -> None:
+        """The daemon is going: the events since the last poll and one fresh snapshot to
+        every reader, so one that watched this node to its end (the TUI's fleet screen)
+        sees how it ended -- its partition done, or work left -- not a snapshot up to an
+        interval old. Call before close(), shielded."""
+        if not self._subscribers:
+            return
+        with anyio.move_on_after(FAREWELL_S):
+            try:
+                await self._poll_events()
+                self._publish(None, c.stream_line(await self.status(max_age_s=0.0)))
+            except Exception as exc:       # the store may be what stopped the daemon
+                log.debug("no last snapshot for the readers: %s: %s", type(exc).__name__, exc)
 
     def _publish(self, event_id: int | None, line: str) -> None:
         for sub in self._subscribers:

@@ -69,6 +69,7 @@ class ControlServer:
                     await server.serve(sockets=[self.bound.sock])
                 finally:
                     with anyio.CancelScope(shield=True):
+                        await self.hub.farewell()  # how this daemon ended, to its readers
                         self.hub.close()           # open event streams end now
                         if server.started:
                             server.should_exit = True

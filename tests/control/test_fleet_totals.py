@@ -37,5 +37,10 @@ def test_a_finished_node_that_exited_counts_in_the_totals_but_not_in_the_rate() 
     assert totals.req_per_s == a.rates.req_per_s
     assert (totals.eta_s, totals.eta_note) == (100.0, "partition 0/2 is the slowest")
     assert NodeRow("b", last, exited=True).state_text() == "finished (daemon exited)"
-    # Uploads still waiting: not finished, whatever the prompts say.
-    assert not NodeRow.finished(replace(last, uploads=replace(last.uploads, backlog_shards=3)))
+    # Its last shards were still to upload when the socket closed: said, still finished.
+    waiting = replace(last, uploads=replace(last.uploads, backlog_shards=3))
+    assert NodeRow.finished(waiting)
+    assert NodeRow("b", waiting, exited=True).state_text() == (
+        "finished (daemon exited with 3 shards still to upload at its last status)")
+    # Prompts left: not finished.
+    assert not NodeRow.finished(replace(last, job=replace(last.job, pending=1)))

@@ -179,6 +179,9 @@ async def test_a_node_that_finished_and_exited_stays_counted_and_says_so() -> No
         states = [str(table.get_cell(str(i), "state")) for i in range(3)]
         assert states[0] == "running" and states[1] == "finished (daemon exited)"
         assert states[2].startswith("UNREACHABLE")
+        # Its counts stay; its rate and servers went with the daemon.
+        assert [str(table.get_cell("1", c)) for c in ("done", "req_s", "servers")] == \
+            ["300,000/300,000", "—", "—"]
         totals = app.screen.query_one(FleetTotalsLine).totals
         assert totals is not None
         # The finished node's 300,000 still count; the lost node's do not.

@@ -60,9 +60,11 @@ def row_cells(row: NodeRow, name: str | None = None) -> tuple[str | Text, ...]:
     eta = "—" if row.remaining == 0 else duration(s.eta.seconds, "?") + (
         "?" if s.eta.warming_up and s.eta.seconds is not None else "")
     backlog = str(s.uploads.backlog_shards) if s.uploads is not None else "—"
-    return (name, row.partition, f"{s.job.done:,}/{s.job.total:,}", pct,
-            f"{s.rates.req_per_s:.1f}", eta, servers_cell(row), backlog,
-            goodput_cell(row.goodput), state_cell(row))
+    # A node that finished and exited: its counts are final, its rate and servers are gone.
+    rate = "—" if row.exited else f"{s.rates.req_per_s:.1f}"
+    return (name, row.partition, f"{s.job.done:,}/{s.job.total:,}", pct, rate, eta,
+            "—" if row.exited else servers_cell(row), backlog, goodput_cell(row.goodput),
+            state_cell(row))
 
 
 def servers_cell(row: NodeRow) -> Text | str:
