@@ -51,7 +51,8 @@ from supervisor.dispatch.stream_deadlines import StreamDeadlines
 from supervisor.dispatch.serving import Serving, take_over
 from supervisor.dispatch.stream_request import (ABORT_TIMEOUT_S, Streamed, abort_request,
                                                 stream_chat)
-from supervisor.dispatch.worker_client import WIRE_ERRORS, wire_failure, worker_client
+from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, wire_failure,
+                                               worker_client)
 from supervisor.servers.endpoint import Endpoint
 
 log = logging.getLogger("supervisor.dispatch")
@@ -61,7 +62,6 @@ log = logging.getLogger("supervisor.dispatch")
 # counted. Only if the server is still considered alive after this grace is it a retry.
 GONE_GRACE_S = 3.0
 BREAKER = "breaker"        # the pause key of the circuit breaker (error_breaker.py)
-_JSON = {"content-type": "application/json"}
 
 
 def request_id(prompt: ClaimedPrompt) -> str:
@@ -475,7 +475,7 @@ class Dispatcher:
                 answer, gone = streamed.answer, streamed.gone
             else:
                 async with client.post(endpoint.base_url + "/v1/chat/completions",
-                                       data=body, headers=_JSON) as resp:
+                                       data=body, headers=JSON_HEADERS) as resp:
                     answer = classify_response(
                         resp.status, (await resp.read()).decode("utf-8", "replace"))
         except WIRE_ERRORS as exc:

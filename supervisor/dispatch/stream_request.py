@@ -29,13 +29,12 @@ from supervisor.dispatch.completion import Answer, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_deadlines import StreamDeadlines
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
-from supervisor.dispatch.worker_client import WIRE_ERRORS, wire_failure
+from supervisor.dispatch.worker_client import JSON_HEADERS, WIRE_ERRORS, wire_failure
 
 log = logging.getLogger("supervisor.dispatch")
 
 ABORT_TIMEOUT_S = 5.0    # /abort_request is answered by the tokenizer manager at once
 LOOP_DRAIN_S = 10.0      # after aborting a loop, for the final usage (SGLang: one step)
-_HEADERS = {"content-type": "application/json"}
 
 
 @dataclass
@@ -58,7 +57,7 @@ async def abort_request(client: aiohttp.ClientSession, base_url: str, rid: str) 
         with anyio.fail_after(ABORT_TIMEOUT_S):
             async with client.post(base_url + "/abort_request",
                                    data=b'{"rid": ' + _json_str(rid) + b', "abort_all": false}',
-                                   headers=_HEADERS) as resp:
+                                   headers=JSON_HEADERS) as resp:
                 await resp.read()
                 return resp.status == 200
     except WIRE_ERRORS as exc:
@@ -97,7 +96,7 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
     give_up_at = anyio.current_time() + timeout_s
     try:
         async with client.post(base_url + "/v1/chat/completions", data=body,
-                               headers=_HEADERS) as resp:
+                               headers=JSON_HEADERS) as resp:
             if resp.status != 200 or not resp.headers.get(
                     "content-type", "").startswith("text/event-stream"):
                 # An error before the stream began (SGLang sends it as plain JSON), or a

@@ -25,6 +25,7 @@ from supervisor.dispatch.completion import Retryable
 # What a request on the wire can raise that is the server's or the network's doing. Caught
 # by the dispatch path and turned into an answer by wire_failure (never raised further).
 WIRE_ERRORS = (aiohttp.ClientError, HttpProcessingError, TimeoutError)
+JSON_HEADERS = {"content-type": "application/json"}     # every body we post is JSON
 
 
 def worker_client(timeout_s: float) -> aiohttp.ClientSession:
