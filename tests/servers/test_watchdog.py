@@ -8,7 +8,8 @@ from pathlib import Path
 
 import anyio
 
-from supervisor.config import DispatchSection, ServersSection
+from supervisor.config import JobConfig, ServersSection
+from supervisor.config.live_settings import LiveSettings
 from supervisor.servers.exit_classifier import Trigger
 from supervisor.servers.managed_server import FleetContext, ManagedServer
 from supervisor.servers.watchers import Decision, watch_progress
@@ -39,7 +40,7 @@ def _server(tmp_path: Path, dispatcher: object) -> ManagedServer:
     ctx = FleetContext(store_call=store_call, dispatcher=dispatcher, client=None,  # type: ignore[arg-type]
                        clock=time.time, monotonic=time.monotonic, on_change=lambda: None,
                        proc_limiter=anyio.CapacityLimiter(1))
-    return ManagedServer("gpu0", (0,), 30000, servers, DispatchSection(), ctx,
+    return ManagedServer("gpu0", (0,), 30000, LiveSettings(JobConfig(servers=servers)), ctx,
                          ServerLog(tmp_path / "gpu0.log"), RestartPolicy.from_config(servers))
 
 
