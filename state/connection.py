@@ -1,5 +1,12 @@
 """The store's one SQLite connection: opening (WAL, migrations), write transactions, reads.
 
+Two ways to open: the writer's (`open`: WAL, migrations) and the reader's (`open_readonly`:
+`mode=ro`, nothing migrated, nothing written; `status` and the auditors). A reader without
+write access to the DB's directory can open a WAL-mode file only while its -shm file exists
+and it may write that; so a writer closing cleanly (`close_for_readers`) checkpoints and
+leaves the file in rollback-journal mode, with no -wal/-shm beside it, which any user who
+may read the file opens. The next writer's `open` turns WAL back on.
+
 The table modules (prompts_table, shards_table, events_table, settings_table,
 server_processes_table) hold the queries; `state.store.Store` composes them over this.
 See state/store.py for the durability rules every transaction here follows.
@@ -8,6 +15,7 @@ See state/store.py for the durability rules every transaction here follows.
 from __future__ import annotations
 
 import json
+import logging
 import sqlite3
 import threading
 from contextlib import contextmanager
@@ -16,7 +24,9 @@ from typing import Any, Iterator, Self, Sequence
 
 import sqlite_utils
 
-from state.schema import migrate
+from state.schema import SCHEMA_VERSION, SchemaError, migrate, schema_version
+
+log = logging.getLogger(__name__)
 
 
 def dumps(value: Any) -> str:
@@ -30,6 +40,10 @@ class StoreConnection:
         self.path = path
         self._conn: sqlite3.Connection = db.conn
         self._lock = threading.RLock()
+        # The DB's schema version: SCHEMA_VERSION for a writer (it migrated), possibly older
+        # for a reader (it never migrates; a query may check what the DB has).
+        self.schema_version = schema_version(self._conn)
+        self.readonly = False
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -51,9 +65,60 @@ class StoreConnection:
             raise
         return cls(db, path)
 
+    @classmethod
+    def open_readonly(cls, path: str | Path) -> Self:
+        """The DB as it is, for reading only: no migration, no journal-mode change, no file
+        created beside it (the URI's mode=ro; query_only besides, so a slip is an error, not
+        a write). A DB of an older schema is read as it stands (`schema_version` says which);
+        one of a newer schema is refused; an empty file (or a SQLite file with no schema) is
+        no state DB at all."""
+        path = Path(path)
+        uri = path.absolute().as_uri() + "?mode=ro"
+        conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None,
+                               timeout=30.0)
+        try:
+            conn.execute("PRAGMA query_only = ON")
+            version = schema_version(conn)
+            if version == 0:
+                raise SchemaError("not a state DB (a SQLite file with no dflash-supervisor "
+                                  "schema)")
+            if version > SCHEMA_VERSION:
+                raise SchemaError(f"state DB has schema version {version}, this supervisor "
+                                  f"knows up to {SCHEMA_VERSION}: read it with a newer one")
+            store = cls(sqlite_utils.Database(conn), path)
+        except BaseException:
+            conn.close()
+            raise
+        store.readonly = True
+        return store
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+    def close_for_readers(self) -> None:
+        """Close, leaving the file readable by users who cannot write its directory: every
+        WAL frame checkpointed into the DB and the journal mode set back to DELETE (which
+        removes -wal and -shm). Only possible while no other connection has the DB open (a
+        reader mid-query, a second writer); then it stays in WAL, said in one log line, and
+        the next clean close tries again."""
+        with self._lock:
+            conn = self._conn
+            try:
+                if not self.readonly:
+                    # No waiting: another connection holding the DB is the answer, not a
+                    # reason to hold up a stop for the busy timeout.
+                    conn.execute("PRAGMA busy_timeout = 0")
+                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                    (mode,) = conn.execute("PRAGMA journal_mode = DELETE").fetchone()
+                    if str(mode).lower() != "delete":
+                        log.warning("%s: left in WAL mode (another process has it open): "
+                                    "readers need write access to its directory", self.path)
+            except sqlite3.Error as exc:
+                log.warning("%s: left in WAL mode (%s): readers need write access to its "
+                            "directory", self.path, exc)
+            finally:
+                conn.close()
 
     def __enter__(self) -> Self:
         return self

@@ -94,12 +94,14 @@ def _status_once(client: ControlClient, path: str, args: argparse.Namespace) -> 
 
 
 def _offline(args: argparse.Namespace, why: str) -> int:
+    from state.checked_open import StateDBError
     from supervisor.offline_status import main as offline_main, summary_json
 
     if args.json:
-        data = summary_json(args.state)
-        if data is None:
-            print(f"{PROG}: {args.state}: no such state DB", file=sys.stderr)
+        try:
+            data = summary_json(args.state)
+        except StateDBError as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
             return EXIT_USAGE
         print(json.dumps({"source": "state-db", "why": why, **data}), flush=True)
         return EXIT_OK
