@@ -78,6 +78,11 @@ def _reader_explain(path: Path, exc: BaseException) -> str:
     return _explain(path, exc)
 
 
+def read_error(path: Path, exc: BaseException) -> str:
+    """A reader's query failing (a damaged page where it read), as one line."""
+    return _reader_explain(path, exc)
+
+
 def open_for_reading(path: str | Path) -> Store:
     """The Store read-only (state/connection.py open_readonly), or StateDBError naming the
     problem: missing, a directory, unreadable, empty, not SQLite, no state DB schema, a
