@@ -18,6 +18,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Self, Sequence
@@ -27,6 +28,10 @@ import sqlite_utils
 from state.schema import SCHEMA_VERSION, SchemaError, migrate, schema_version
 
 log = logging.getLogger(__name__)
+
+# How long a clean close waits for other connections (a `status` mid-read) to let go before
+# it leaves the DB in WAL: a reader's look takes well under a second.
+READER_WAIT_S = 2.0
 
 
 def dumps(value: Any) -> str:
@@ -99,26 +104,38 @@ class StoreConnection:
     def close_for_readers(self) -> None:
         """Close, leaving the file readable by users who cannot write its directory: every
         WAL frame checkpointed into the DB and the journal mode set back to DELETE (which
-        removes -wal and -shm). Only possible while no other connection has the DB open (a
-        reader mid-query, a second writer); then it stays in WAL, said in one log line, and
-        the next clean close tries again."""
+        removes -wal and -shm). Only possible once no other connection has the DB open (a
+        reader, a second writer): it tries for READER_WAIT_S, then leaves it in WAL, said
+        in one log line, and the next clean close tries again."""
         with self._lock:
             conn = self._conn
             try:
                 if not self.readonly:
-                    # No waiting: another connection holding the DB is the answer, not a
-                    # reason to hold up a stop for the busy timeout.
-                    conn.execute("PRAGMA busy_timeout = 0")
-                    conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-                    (mode,) = conn.execute("PRAGMA journal_mode = DELETE").fetchone()
-                    if str(mode).lower() != "delete":
-                        log.warning("%s: left in WAL mode (another process has it open): "
-                                    "readers need write access to its directory", self.path)
-            except sqlite3.Error as exc:
-                log.warning("%s: left in WAL mode (%s): readers need write access to its "
-                            "directory", self.path, exc)
+                    self._leave_wal(conn)
             finally:
                 conn.close()
+
+    def _leave_wal(self, conn: sqlite3.Connection) -> None:
+        # SQLite answers "locked" at once while another connection holds the WAL open (its
+        # busy handler is not asked), so the wait is ours: a reader's look is well under a
+        # second, and an auditor's sqlite3 session kept open must not hold up a stop.
+        conn.execute("PRAGMA busy_timeout = 100")
+        deadline = time.monotonic() + READER_WAIT_S
+        why = ""
+        for _ in range(int(READER_WAIT_S / 0.05) + 1):
+            try:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+                (mode,) = conn.execute("PRAGMA journal_mode = DELETE").fetchone()
+                if str(mode).lower() == "delete":
+                    return
+                why = f"journal mode stays {mode}"
+            except sqlite3.Error as exc:
+                why = str(exc)
+            if time.monotonic() >= deadline:
+                break
+            time.sleep(0.05)
+        log.warning("%s: left in WAL mode (%s: another process has it open); readers need "
+                    "write access to its directory until the next clean stop", self.path, why)
 
     def __enter__(self) -> Self:
         return self
