@@ -34,6 +34,16 @@ log = logging.getLogger(__name__)
 READER_WAIT_S = 2.0
 
 
+def _wal_header(path: Path) -> bool:
+    """The file's header says WAL mode (its read and write format versions are 2)."""
+    try:
+        with open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return False
+    return len(head) == 20 and head[18] == 2
+
+
 def dumps(value: Any) -> str:
     """Compact JSON as stored in TEXT columns."""
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
@@ -72,13 +82,21 @@ class StoreConnection:
 
     @classmethod
     def open_readonly(cls, path: str | Path) -> Self:
-        """The DB as it is, for reading only: no migration, no journal-mode change, no file
-        created beside it (the URI's mode=ro; query_only besides, so a slip is an error, not
-        a write). A DB of an older schema is read as it stands (`schema_version` says which);
-        one of a newer schema is refused; an empty file (or a SQLite file with no schema) is
-        no state DB at all."""
+        """The DB as it is, for reading only: no migration, no journal-mode change (the
+        URI's mode=ro; query_only besides, so a slip is an error, not a write). A DB of an
+        older schema is read as it stands (`schema_version` says which); one of a newer
+        schema is refused; an empty file (or a SQLite file with no schema) is no state DB.
+
+        A WAL-mode file with no -wal beside it (closed by a version that left WAL on, or a
+        stop that could not leave it) holds all its content in the file itself: it is read
+        as immutable, so no -wal/-shm is created (which a reader without write access to the
+        directory cannot do, and which would outlive this reader). A writer that opens it
+        meanwhile only appends to a new -wal; it changes the file itself at its first
+        checkpoint, after a thousand pages, not within a reader's few milliseconds."""
         path = Path(path)
         uri = path.absolute().as_uri() + "?mode=ro"
+        if _wal_header(path) and not path.with_name(path.name + "-wal").exists():
+            uri += "&immutable=1"
         conn = sqlite3.connect(uri, uri=True, check_same_thread=False, isolation_level=None,
                                timeout=30.0)
         try:

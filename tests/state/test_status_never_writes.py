@@ -159,3 +159,40 @@ def test_an_offline_commands_db_is_read_by_a_group_auditor(auditor_dir):
     assert r.returncode == 0, r.stderr
     assert "prompts  5: 2 done (40.0%), 3 pending" in r.stdout
     assert "truncated 1: 1 long, 0 looping" in r.stdout
+
+
+def test_a_wal_mode_db_closed_by_an_older_version_is_read_and_nothing_is_left_beside(
+        auditor_dir):
+    """A plain close leaves the file in WAL mode with no -wal (what versions before the
+    clean-stop checkpoint left): read as immutable, by the auditor, and by root with no
+    -wal/-shm made beside it."""
+    job, user = auditor_dir
+    db = job / "job.db"
+    with Store.open(db) as store:
+        store.import_batch(rows(4))
+    assert db.read_bytes()[18] == 2 and _siblings(db) == ["job.db"]
+    _readable_to_group(job, job.stat().st_gid)
+    for who in (user, None):
+        r = cli("status", "--state", str(db), "--socket", "/nonexistent/none.sock", user=who)
+        assert r.returncode == 0, r.stderr
+        assert "prompts  4: 0 done (0.0%), 4 pending" in r.stdout
+        assert _siblings(db) == ["job.db"]
+
+
+def test_a_killed_writers_db_is_read_by_a_group_auditor(auditor_dir):
+    """SIGKILL leaves -wal and -shm beside the DB; with them group-readable, SQLite's
+    read-only -shm lets the auditor read the last commits too."""
+    job, user = auditor_dir
+    db = job / "job.db"
+    script = ("import os, sys; from state.store import Store; "
+              "from tests.fixtures.state_db import rows; "
+              f"s = Store.open({str(db)!r}); s.import_batch(rows(6)); "
+              "os.kill(os.getpid(), 9)")
+    killed = subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=60,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert killed.returncode == -9
+    assert _siblings(db) == ["job.db", "job.db-shm", "job.db-wal"]
+    _readable_to_group(job, job.stat().st_gid)
+    r = cli("status", "--state", str(db), "--socket", "/nonexistent/none.sock", user=user)
+    assert r.returncode == 0, r.stderr
+    assert "prompts  6: 0 done (0.0%), 6 pending" in r.stdout
