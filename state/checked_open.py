@@ -71,10 +71,11 @@ SQLITE_HEADER = b"SQLite format 3\x00"
 def _reader_explain(path: Path, exc: BaseException) -> str:
     low = str(exc).lower()
     if "unable to open" in low and not os.access(path.parent, os.W_OK | os.X_OK):
-        # A WAL-mode file needs its -shm beside it, made by the first reader.
-        return (f"{path}: in WAL mode and this user cannot create its -shm file in "
-                f"{path.parent}: a daemon stopped cleanly leaves it readable; read a running "
-                "or killed daemon's DB with write access to that directory")
+        # A WAL-mode file with a -wal needs its -shm beside it (readable, or made by the
+        # first reader); one without is read as immutable (state/connection.py).
+        return (f"{path}: in WAL mode, and this user can neither read its -shm file nor "
+                f"create one in {path.parent}: read it with write access there, or after "
+                "the daemon's clean stop")
     return _explain(path, exc)
 
 
