@@ -196,3 +196,21 @@ def test_a_killed_writers_db_is_read_by_a_group_auditor(auditor_dir):
     r = cli("status", "--state", str(db), "--socket", "/nonexistent/none.sock", user=user)
     assert r.returncode == 0, r.stderr
     assert "prompts  6: 0 done (0.0%), 6 pending" in r.stdout
+
+
+def test_a_wal_the_auditor_cannot_read_is_one_line(auditor_dir):
+    """A -wal with no -shm beside it, in a directory the auditor cannot write: SQLite cannot
+    read it, and status says what is left to do."""
+    job, user = auditor_dir
+    db = job / "job.db"
+    script = ("import os; from state.store import Store; "
+              "from tests.fixtures.state_db import rows; "
+              f"s = Store.open({str(db)!r}); s.import_batch(rows(3)); os.kill(os.getpid(), 9)")
+    subprocess.run([sys.executable, "-c", script], cwd=REPO, timeout=60,
+                   env={**os.environ, "PYTHONPATH": str(REPO)})
+    db.with_name("job.db-shm").unlink()
+    _readable_to_group(job, job.stat().st_gid)
+    r = cli("status", "--state", str(db), "--socket", "/nonexistent/none.sock", user=user)
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and "in WAL mode" in lines[0] and str(db) in lines[0], r.stderr
