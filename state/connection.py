@@ -3,8 +3,8 @@
 Two ways to open: the writer's (`open`: WAL, migrations) and the reader's (`open_readonly`:
 `mode=ro`, nothing migrated, nothing written; `status` and the auditors). A reader without
 write access to the DB's directory reads a WAL-mode file only through a -shm file already
-beside it (or, with no -wal either, as immutable: open_readonly), and a plain `sqlite3`
-not at all; so a writer closing cleanly (`close_for_readers`) checkpoints and leaves the
+beside it, as `sqlite3` does (this one also, with no -wal either, as immutable:
+open_readonly); so a writer closing cleanly (`close_for_readers`) checkpoints and leaves the
 file in rollback-journal mode, with no -wal/-shm beside it, which any user who may read the
 file opens. The next writer's `open` turns WAL back on.
 
