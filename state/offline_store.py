@@ -33,7 +33,7 @@ def offline_store(state: str | Path, *, create: bool = False,
             try:
                 yield store
             finally:
-                store.close()
+                store.close_for_readers()     # readable without write access to its dir
     except JobLocked as exc:
         raise OfflineRefused(f"{exc}{when_locked}") from None
     except StateDBError as exc:

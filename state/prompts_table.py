@@ -9,7 +9,8 @@ from typing import Sequence
 from state.connection import StoreConnection, dumps
 from state.crash_points import crash_point
 from state.records import (DONE, FAILED, IN_FLIGHT, PENDING, STATUSES, ClaimedPrompt, Done,
-                           Failed, ImportRow, Outcome, Requeue, Retry, StatusCounts)
+                           Failed, ImportRow, Outcome, Requeue, Retry, StatusCounts,
+                           TruncationCounts)
 from state.waste_table import Wasted, insert_waste
 
 
@@ -158,31 +159,47 @@ class PromptsTable(StoreConnection):
                         include_loops: bool = True) -> int:
         """Done prompts that hit their token limit (those under `below_max_tokens` only,
         when given; without loops, when not `include_loops`: what requeue_truncated would
-        re-run). Partial-index backed."""
+        re-run). All of them from truncation_counts; under a limit, partial-index backed."""
+        if below_max_tokens is None:
+            t = self.truncation_counts()
+            return t.truncated if include_loops else t.long
         sql = ("SELECT count(*) FROM prompts INDEXED BY prompts_truncated "
                "WHERE status = 'done' AND finish_reason = 'length'")
         if not include_loops:
             sql += " AND coalesce(loop, 0) = 0"
-        if below_max_tokens is None:
-            return int(self._read(sql)[0][0])
         return int(self._read(sql + " AND max_tokens < ?", (below_max_tokens,))[0][0])
+
+    def truncation_counts(self) -> TruncationCounts:
+        """The truncated answers by kind: three rows kept by triggers (schema.py _V8); a
+        reader of a DB from before them counts the truncated rows instead."""
+        if self.schema_version >= 8:
+            rows = dict(self._read("SELECT kind, n FROM truncation_counts"))
+            return TruncationCounts(**{k: int(rows.get(k, 0))
+                                       for k in ("long", "looping", "in_thinking")})
+        return self.truncation_recount()
+
+    def truncation_recount(self) -> TruncationCounts:
+        """The truncated answers by kind, counted from the rows (partial-index backed, but
+        it reads every truncated row's answer: what truncation_counts spares a reader)."""
+        blank = "char(32, 9, 10, 13)"
+        row = self._read(
+            "SELECT count(*), coalesce(sum(loop IS 1), 0), "
+            f"coalesce(sum(trim(coalesce(content, ''), {blank}) = '' "
+            f"AND trim(coalesce(reasoning_content, ''), {blank}) <> ''), 0) "
+            "FROM prompts INDEXED BY prompts_truncated "
+            "WHERE status = 'done' AND finish_reason = 'length'")[0]
+        return TruncationCounts(long=int(row[0]) - int(row[1]), looping=int(row[1]),
+                                in_thinking=int(row[2]))
 
     def truncated_split(self) -> tuple[int, int]:
         """(long, looping): done prompts cut off at their limit, merely long or looping."""
-        row = self._read("SELECT count(*), coalesce(sum(loop = 1), 0) FROM prompts "
-                         "INDEXED BY prompts_truncated "
-                         "WHERE status = 'done' AND finish_reason = 'length'")[0]
-        return int(row[0]) - int(row[1]), int(row[1])
+        t = self.truncation_counts()
+        return t.long, t.looping
 
     def truncated_in_thinking(self) -> int:
         """Done prompts cut off inside the thinking: content blank, all text in reasoning
         (no answer at all), as audit_truncation's in_thinking counts them."""
-        blank = "char(32, 9, 10, 13)"
-        return int(self._read(
-            "SELECT count(*) FROM prompts INDEXED BY prompts_truncated "
-            "WHERE status = 'done' AND finish_reason = 'length' "
-            f"AND trim(coalesce(content, ''), {blank}) = '' "
-            f"AND trim(coalesce(reasoning_content, ''), {blank}) <> ''")[0][0])
+        return self.truncation_counts().in_thinking
 
     def pending_floors(self) -> dict[int, int]:
         """{max_tokens: count} of pending prompts already cut off once at that limit

@@ -106,6 +106,19 @@ class StatusCounts:
 
 
 @dataclass(frozen=True)
+class TruncationCounts:
+    """Done answers cut off at their max tokens: merely long, or looping; and of either,
+    those cut off inside the thinking (blank answer, all text in the reasoning)."""
+    long: int = 0
+    looping: int = 0
+    in_thinking: int = 0
+
+    @property
+    def truncated(self) -> int:
+        return self.long + self.looping
+
+
+@dataclass(frozen=True)
 class Shard:
     id: int
     key: str

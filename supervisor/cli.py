@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import select
 import sys
 from typing import Callable, Sequence
 
@@ -39,6 +41,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "requeue": ("supervisor.requeue_command", "send failed prompts back to pending (audited)"),
     "rebuild-state": ("supervisor.shards.rebuild_state", "rebuild a lost state DB from the output"),
 }
+# What a command whose reader went away (`... | head -1`) exits with: 128 + SIGPIPE, what a
+# tool killed by SIGPIPE reports (the shell's pipefail reads it the same way).
+EXIT_BROKEN_PIPE = 141
+
 # `verify --state DB` checks one job against its DB; without it, a whole (many-node) output
 # from the outside.
 VERIFY_STATE = "supervisor.shards.verify_command"
@@ -65,11 +71,39 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Runs the command; a reader of its output that went away ends it quietly."""
+    try:
+        try:
+            return _run(list(sys.argv[1:] if argv is None else argv))
+        finally:
+            # Output still buffered meets the closed pipe here, not in the interpreter's
+            # last flush (which can only print "Exception ignored"). Also after --help's exit.
+            sys.stdout.flush()
+    except BrokenPipeError:
+        if not _stdout_gone():
+            raise       # a socket or a child's pipe: a real error, not our reader leaving
+        # Nothing more can reach the reader; the interpreter's own last flush must not try.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+
+
+def _run(argv: list[str]) -> int:
     if argv and argv[0] in COMMANDS:
         return entry_point(argv[0], argv[1:])(argv[1:])
     build_parser().parse_args(argv)      # --help, or a usage error naming the commands
     return 2
+
+
+def _stdout_gone() -> bool:
+    """stdout is a pipe (or socket) whose reader has closed it: poll says POLLERR/POLLHUP."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll(0))
+    except (OSError, ValueError):
+        return False
 
 
 if __name__ == "__main__":

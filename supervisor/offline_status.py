@@ -1,12 +1,19 @@
 """`dflash-supervisor status --state DB`: where a job stands, read from its state DB.
 
 Works whether or not the daemon is running (SQLite's WAL lets a reader in beside the
-writer); the live rates need the daemon and come from its control socket instead.
+writer); the live rates need the daemon and come from its control socket instead. It only
+reads (state/checked_open.py open_for_reading): a file that is not a state DB is named and
+left as it was, a DB of an older schema is read without being migrated, and a stopped job's
+DB is read by a user who may read the file but not write its directory. Every figure comes
+from a counter the daemon keeps (status_counts, truncation_counts, token_ledger), so it
+costs the same at 3K prompts as at 900K.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import sqlite3
 import sys
 import time
 from pathlib import Path
@@ -17,46 +24,65 @@ if TYPE_CHECKING:
     from state.waste_table import TokenLedger
 
 
-def main(state: str, events: int = 10) -> int:
-    from state.checked_open import StateDBError, open_checked
+def open_db(state: str | Path) -> Store:
+    """The state DB, read-only, or StateDBError naming the problem in one line."""
+    from state.checked_open import open_for_reading
+    return open_for_reading(Path(state))
 
-    path = Path(state)
+
+def main(state: str, events: int = 10) -> int:
+    from state.checked_open import StateDBError
+
     try:
-        # A reader beside the daemon: never take the write lock.
-        store = open_checked(path, create=False, probe_write=False)
+        store = open_db(state)
     except StateDBError as exc:
         print(f"dflash-supervisor: {exc}", file=sys.stderr)
         return 2
     try:
-        c = store.counts()
-        pct = 100.0 * c.done / c.total if c.total else 0.0
-        print(f"prompts  {c.total}: {c.done} done ({pct:.1f}%), {c.pending} pending, "
-              f"{c.in_flight} in flight, {c.failed} failed")
-        long, looping = store.truncated_split()
-        if long or looping:
-            print(f"truncated {long + looping}: {long} long, {looping} looping "
-                  "(requeue truncated leaves the looping ones); "
-                  f"{store.truncated_in_thinking()} cut off inside the thinking (no answer)")
-        ledger = store.token_ledger()
-        if ledger.generated_tokens:
-            print(f"waste    {_waste_text(ledger)}")
-        joules = _joules(store)
-        if joules:
-            print(f"energy   {joules / 3.6e6:.2f} kWh on the job's GPUs so far")
-        (shards, nbytes), (up_shards, up_bytes) = store.upload_totals()
-        print(f"shards   {up_shards} uploaded ({up_bytes / 1e6:.1f} MB), "
-              f"{shards} waiting ({nbytes / 1e6:.1f} MB)")
-        failed = store.last_upload_error()
-        if failed is not None:
-            key, attempts, error = failed
-            print(f"uploads  {key} waiting after {attempts} failed uploads: {error[:200]}")
-        for e in store.recent_events(events):
-            when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.time))
-            print(f"{when}  {e.kind:<18} {e.subject:<10} {e.actor:<12} "
-                  f"{json.dumps(e.detail, ensure_ascii=False)[:160]}")
+        _print_summary(store, events)
+    except sqlite3.Error as exc:
+        # A damaged page where status reads (it does not check the whole file: see
+        # state/checked_open.py), or a DB changed under it: one line, never a traceback.
+        from state.checked_open import read_error
+        print(f"dflash-supervisor: {read_error(store.path, exc)}", file=sys.stderr)
+        return 2
     finally:
         store.close()
     return 0
+
+
+def _print_summary(store: Store, events: int) -> None:
+    c = store.counts()
+    pct = 100.0 * c.done / c.total if c.total else 0.0
+    print(f"prompts  {c.total}: {c.done} done ({pct:.1f}%), {c.pending} pending, "
+          f"{c.in_flight} in flight, {c.failed} failed")
+    t = store.truncation_counts()
+    if t.truncated:
+        print(f"truncated {t.truncated}: {t.long} long, {t.looping} looping "
+              "(requeue truncated leaves the looping ones); "
+              f"{t.in_thinking} cut off inside the thinking (no answer)")
+    ledger = _ledger(store)
+    if ledger is not None and ledger.generated_tokens:
+        print(f"waste    {_waste_text(ledger)}")
+    joules = _joules(store)
+    if joules:
+        print(f"energy   {joules / 3.6e6:.2f} kWh on the job's GPUs so far")
+    (shards, nbytes), (up_shards, up_bytes) = store.upload_totals()
+    print(f"shards   {up_shards} uploaded ({up_bytes / 1e6:.1f} MB), "
+          f"{shards} waiting ({nbytes / 1e6:.1f} MB)")
+    failed = store.last_upload_error()
+    if failed is not None:
+        key, attempts, error = failed
+        print(f"uploads  {key} waiting after {attempts} failed uploads: {error[:200]}")
+    for e in store.recent_events(events):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.time))
+        print(f"{when}  {e.kind:<18} {e.subject:<10} {e.actor:<12} "
+              f"{json.dumps(e.detail, ensure_ascii=False)[:160]}")
+
+
+def _ledger(store: Store) -> TokenLedger | None:
+    """The waste ledger; None for a DB from before it (schema 6), read as it stands."""
+    return store.token_ledger() if store.schema_version >= 6 else None
 
 
 def _waste_text(ledger: TokenLedger) -> str:
@@ -78,31 +104,36 @@ def _joules(store: Store) -> float:
         return 0.0
 
 
-def _waste_json(ledger: TokenLedger) -> dict[str, object]:
+def _waste_json(ledger: TokenLedger | None) -> dict[str, object] | None:
+    if ledger is None:
+        return None
     return {"kept_tokens": ledger.kept_tokens, "wasted_tokens": ledger.wasted_tokens,
             "goodput": ledger.goodput,
             "causes": {str(w.cause): {"requests": w.requests, "tokens": w.tokens}
                        for w in ledger.wasted}}
 
 
-def summary_json(state: str) -> dict[str, object] | None:
-    """The DB's figures for `status --json` when no daemon answers; None if there is no DB."""
-    from state.store import Store
+def summary_json(state: str) -> dict[str, object]:
+    """The DB's figures for `status --json` when no daemon answers; StateDBError when the
+    DB cannot be read (missing, not a state DB...)."""
+    from state.checked_open import StateDBError, read_error
 
-    path = Path(state)
-    if not path.exists():
-        return None
-    store = Store.open(path)
+    store = open_db(state)
     try:
-        c = store.counts()
-        (shards, nbytes), (up_shards, up_bytes) = store.upload_totals()
-        return {"job": {"total": c.total, "done": c.done, "pending": c.pending,
-                        "in_flight": c.in_flight, "failed": c.failed},
-                "uploads": {"uploaded_shards": up_shards, "uploaded_bytes": up_bytes,
-                            "backlog_shards": shards, "backlog_bytes": nbytes},
-                "truncated": {**dict(zip(("long", "looping"), store.truncated_split())),
-                              "in_thinking": store.truncated_in_thinking()},
-                "waste": _waste_json(store.token_ledger()),
-                "energy_kwh": _joules(store) / 3.6e6}
+        return _summary(store)
+    except sqlite3.Error as exc:
+        raise StateDBError(read_error(store.path, exc)) from None
     finally:
         store.close()
+
+
+def _summary(store: Store) -> dict[str, object]:
+    c = store.counts()
+    (shards, nbytes), (up_shards, up_bytes) = store.upload_totals()
+    return {"job": {"total": c.total, "done": c.done, "pending": c.pending,
+                    "in_flight": c.in_flight, "failed": c.failed},
+            "uploads": {"uploaded_shards": up_shards, "uploaded_bytes": up_bytes,
+                        "backlog_shards": shards, "backlog_bytes": nbytes},
+            "truncated": dataclasses.asdict(store.truncation_counts()),
+            "waste": _waste_json(_ledger(store)),
+            "energy_kwh": _joules(store) / 3.6e6}

@@ -19,15 +19,18 @@ from supervisor.client.text import report
 
 
 def socket_for(explicit: str | None, state: str | None) -> str:
-    """--socket, else $DFLASH_SOCKET, else beside --state's DB when a socket is there (a
-    job run by hand or the demo), else the systemd default."""
+    """--socket, else $DFLASH_SOCKET, else with --state: the socket beside that DB (a job
+    run by hand, the demo) when it is there, the systemd one (/run/...) when that is there,
+    and when neither is, the one beside the DB, which a daemon of that DB run by hand makes
+    (so "no daemon answers on ..." names the job's own place); without --state the systemd
+    default."""
     if explicit:
         return explicit
     if os.environ.get("DFLASH_SOCKET"):
         return default_socket_path()
     if state:
         beside = Path(state).parent / "control.sock"
-        if beside.exists():
+        if beside.exists() or not Path(default_socket_path()).exists():
             return str(beside)
     return default_socket_path()
 
@@ -94,12 +97,14 @@ def _status_once(client: ControlClient, path: str, args: argparse.Namespace) -> 
 
 
 def _offline(args: argparse.Namespace, why: str) -> int:
+    from state.checked_open import StateDBError
     from supervisor.offline_status import main as offline_main, summary_json
 
     if args.json:
-        data = summary_json(args.state)
-        if data is None:
-            print(f"{PROG}: {args.state}: no such state DB", file=sys.stderr)
+        try:
+            data = summary_json(args.state)
+        except StateDBError as exc:
+            print(f"{PROG}: {exc}", file=sys.stderr)
             return EXIT_USAGE
         print(json.dumps({"source": "state-db", "why": why, **data}), flush=True)
         return EXIT_OK

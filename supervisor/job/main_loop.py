@@ -192,7 +192,9 @@ class Job:
             with anyio.CancelScope(shield=True):
                 # Off the loop: closing the socket file stats and unlinks it.
                 await anyio.to_thread.run_sync(bound.close)
-                await anyio.to_thread.run_sync(store.close)
+                # Checkpointed, out of WAL: the group auditors read a stopped job's DB
+                # without write access to its directory (state/connection.py).
+                await anyio.to_thread.run_sync(store.close_for_readers)
                 job_lock.release()
                 self.systemd.stopped()
 

@@ -83,6 +83,6 @@ def open_job_store(config: JobConfig, *, before_open: Callable[[], None] | None 
             check_output(store)
         import_prompts(store, config)
     except BaseException:
-        store.close()
+        store.close_for_readers()       # a refused start leaves it readable, like a stop
         raise
     return store

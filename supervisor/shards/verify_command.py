@@ -83,7 +83,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else:
                     print("the running daemon rewrites them at the end of the job")
         finally:
-            store.close()
+            # Holding the job lock it is the DB's writer: leave it readable to auditors.
+            store.close_for_readers() if lock is not None else store.close()
     finally:
         if lock is not None:
             lock.release()

@@ -54,6 +54,23 @@ def test_status_watch_refreshes_until_interrupted(d: daemon.Daemon) -> None:
     assert times == sorted(times) and times[0] < times[-1]
 
 
+@pytest.mark.parametrize("args", [["status"], ["status", "--watch", "0.1"],
+                                  ["ctl", "log", "gpu0", "-n", "50"]],
+                         ids=["status", "status-watch", "ctl-log"])
+def test_live_commands_into_a_closed_pipe_end_quietly(d: daemon.Daemon, args: list[str],
+                                                      tmp_path: Path) -> None:
+    """`dflash-supervisor status | head -1` and the like, against a live daemon."""
+    from tests.control.test_closed_pipe import EXIT_BROKEN_PIPE
+    err = tmp_path / "stderr"
+    with open(err, "wb") as stderr:
+        proc = subprocess.Popen([sys.executable, "-m", "supervisor", args[0], "--socket",
+                                 d.socket, *args[1:]], stdout=subprocess.PIPE, stderr=stderr)
+        assert proc.stdout is not None
+        proc.stdout.close()
+        assert proc.wait(timeout=30) == EXIT_BROKEN_PIPE
+    assert err.read_text() == ""
+
+
 @pytest.mark.parametrize("args,code,out", [
     (["max-tokens", "300"], 0, "max tokens 256 -> 300"),
     (["max-tokens", "5000"], 1, "refused (422): max_tokens 5000 is not below"),
@@ -100,8 +117,9 @@ def test_status_falls_back_to_the_db_and_says_so(tmp_path: Path) -> None:
     assert d.stop() == 0
     text = cli("status", "--state", str(d.db))
     assert text.returncode == 0, text.stderr
-    # The daemon took its socket with it: the default path is the one tried last.
-    assert text.stdout.startswith("from the state DB (no daemon answers on ")
+    # The daemon took its socket with it: the one beside the DB is named, not /run's.
+    assert text.stdout.startswith(f"from the state DB (no daemon answers on "
+                                  f"{d.db.parent / 'control.sock'} ")
     assert "(No such file or directory)): live rates need the daemon" in text.stdout
     assert "prompts  20000:" in text.stdout
     js = json.loads(cli("status", "--state", str(d.db), "--json").stdout)
