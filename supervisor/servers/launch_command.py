@@ -45,7 +45,9 @@ class ServerSpec:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        # An IPv6 address goes in brackets in a URL (RFC 3986), "http://[::1]:30000".
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
 
 def server_name(gpus: tuple[int, ...]) -> str:
