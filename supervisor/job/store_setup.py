@@ -44,8 +44,12 @@ def import_prompts(store: Store, config: JobConfig) -> None:
     log.info("imported %s: %s", path, summary)
     for lineno, reason in summary.errors[:10]:
         log.warning("%s:%d: %s", path, lineno, reason)
-    if summary.changed_warning():
-        log.warning("%s", summary.changed_warning())
+    if summary.rejected > 10:
+        log.warning("%s: %d more lines refused (all in the state DB's import_refusals)",
+                    path, summary.rejected - 10)
+    for warning in (summary.dropped_warning(), summary.changed_warning()):
+        if warning:
+            log.warning("%s: %s", path, warning)
     if not store.counts().total:
         raise JobError(f"job.prompts: {path}: no usable prompts ({summary})")
     store.set_setting(Setting.IMPORTED_PROMPTS, fingerprint)
