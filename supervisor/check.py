@@ -29,7 +29,7 @@ from typing import Callable, Iterable, Sequence
 
 from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
 from supervisor.servers.flag_check import FlagVerdict, check_flags
-from supervisor.servers.launch_command import build_specs, max_running
+from supervisor.servers.launch_command import build_specs, max_running, server_devices
 
 HelpProvider = Callable[[Sequence[str]], str]
 
@@ -70,9 +70,12 @@ def describe(cfg: JobConfig) -> list[str]:
              else "requests in flight as SGLang reports on /server_info")
     for spec in build_specs(cfg.servers):
         log_path = cfg.path(cfg.servers.log_dir) / f"{spec.name}.log"
-        lines.append(f"{spec.name}: GPUs {spec.cuda_visible_devices}, port {spec.port}, "
+        devices = server_devices(spec)
+        given = "" if devices == spec.cuda_visible_devices else \
+            f" (the scheduler's {devices}, from this shell's CUDA_VISIBLE_DEVICES)"
+        lines.append(f"{spec.name}: GPUs {spec.cuda_visible_devices}{given}, port {spec.port}, "
                      f"{slots}, log {log_path}")
-        lines.append(f"  CUDA_VISIBLE_DEVICES={spec.cuda_visible_devices} {shlex.join(spec.argv)}")
+        lines.append(f"  CUDA_VISIBLE_DEVICES={devices} {shlex.join(spec.argv)}")
     return lines
 
 

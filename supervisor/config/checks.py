@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from typing import Mapping
 
 from supervisor.config.sections import ConfigError, JobConfig, ServersSection
 
@@ -238,14 +239,28 @@ def load_warnings(cfg: JobConfig) -> list[str]:
     return out
 
 
-def check_gpus_exist(cfg: JobConfig, device_count: int | None) -> None:
-    """Refuse GPU indices the node does not have, when the driver can say how many it has
-    (`device_count` None: no driver here, nothing to check). The simulator needs no GPU."""
-    if device_count is None or any("supervisor.sim" in part for part in cfg.servers.command):
+def check_gpus_exist(cfg: JobConfig, device_count: int | None,
+                     env: Mapping[str, str] | None = None) -> None:
+    """Refuse GPU indices the job does not have. Where the daemon's own CUDA_VISIBLE_DEVICES
+    is set (a scheduler's allocation, read from `env`, the process environment by default),
+    the config's numbers index into that list and must be within it; else, where the driver
+    can say how many GPUs the node has (`device_count` None: no driver, nothing to check),
+    within those. The simulator needs no GPU."""
+    from supervisor.gpu.visible_devices import describe, visible_devices
+
+    if any("supervisor.sim" in part for part in cfg.servers.command):
+        return
+    key = "servers.gpus" if cfg.servers.gpus else "servers.count"
+    visible = visible_devices(env)
+    if visible is not None:
+        past = [g for g in cfg.servers.gpu_list if g >= len(visible)]
+        if past:
+            raise ConfigError(f"{key}: GPU {', '.join(map(str, past))} is past {describe(visible)}; "
+                              "under a scheduler the config's GPUs are indices into its list")
+        return
+    if device_count is None:
         return
     missing = [g for g in cfg.servers.gpu_list if g >= device_count]
     if missing:
-        key = "servers.gpus" if cfg.servers.gpus else "servers.count"
         raise ConfigError(f"{key}: GPU {', '.join(map(str, missing))} does not exist "
                           f"(this node has {device_count}: 0..{device_count - 1})")
-
