@@ -24,10 +24,9 @@ ill-typed fields), a turn whose content is empty or only whitespace, a content p
 not text (`image_url`, a part with no type such as `{}`: the job sends text to a text model),
 and a line with no user turn. The id is the line's `id` (or MT-bench `question_id`), else a
 stable hash of the messages, so re-importing the same file inserts nothing new. A UTF-8
-byte-order mark is skipped. An id
-already imported with other text is reported (count and first ids); `--reimport-changed` takes
-the new text as new work for those ids. Exit status is non-zero only when the file yields
-nothing usable.
+byte-order mark is skipped. An id already imported with other text is reported (count and
+first ids); `--reimport-changed` takes the new text as new work for those ids. Exit status is
+non-zero only when the file yields nothing usable.
 """
 
 from __future__ import annotations
