@@ -336,8 +336,9 @@ _V6 = [
 # that order straight from the pending rows (rowid is every index's last column).
 _V7 = ["CREATE INDEX prompts_claim_order ON prompts (status, attempts)"]
 
-# Lines of a prompts file refused at import (supervisor/prompt_import.py): they are no prompt,
-# so no `prompts` row, yet an auditor asks "which lines of my 900K were not run, and why".
+# Lines of a prompts file refused at import (supervisor/prompt_line.py says why): they are
+# no prompt, so no `prompts` row, yet an auditor asks "which lines of my 900K were not run,
+# and why".
 # One row per (file, line): a file imported again replaces its own rows. `kind` is the
 # reason's class for GROUP BY (the reason itself names the turn and part).
 _V8 = [
