@@ -142,3 +142,22 @@ def test_real_prompt_sets_import_with_no_refusal(tmp_path: Path, store: Store, n
     # Each question's first turn is its prompt, text untouched (quotes, newlines, scripts).
     claimed = {c.id: c.messages for c in store.claim(len(rows), "gpu0", 1.0)}
     assert claimed == {str(r["question_id"]): [_user(r["turns"][0])] for r in rows}
+
+
+def test_the_daemons_start_logs_the_refusals_and_the_dropped_answers(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    from supervisor.job.store_setup import open_job_store
+    from tests.fixtures.dispatching import job_config
+
+    path = write(tmp_path / "p.jsonl", LINES)
+    cfg = job_config(tmp_path, job={"prompts": str(path), "state": "job.db"})
+    with caplog.at_level("INFO", logger="supervisor.job"):
+        with open_job_store(cfg) as store:
+            assert store.counts().pending == 4 and store.import_refusal_count() == 11
+    lines = [r.getMessage() for r in caplog.records if r.name == "supervisor.job"]
+    assert f"imported {path}: 4 imported, 0 duplicate, 11 rejected (6 empty content, " \
+           "1 malformed, 2 no user turn, 2 non text content), 2 with trailing answers " \
+           "dropped" in lines
+    assert f"{path}:2: messages[0].content is only whitespace: nothing to answer" in lines
+    assert f"{path}: 1 more refused line (all in the state DB's import_refusals)" in lines
+    assert any(line.startswith(f"{path}: 2 prompts ended with assistant turns") for line in lines)

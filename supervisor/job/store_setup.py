@@ -45,8 +45,9 @@ def import_prompts(store: Store, config: JobConfig) -> None:
     for lineno, reason in summary.errors[:10]:
         log.warning("%s:%d: %s", path, lineno, reason)
     if summary.rejected > 10:
-        log.warning("%s: %d more lines refused (all in the state DB's import_refusals)",
-                    path, summary.rejected - 10)
+        more = summary.rejected - 10
+        log.warning("%s: %d more refused line%s (all in the state DB's import_refusals)",
+                    path, more, "" if more == 1 else "s")
     for warning in (summary.dropped_warning(), summary.changed_warning()):
         if warning:
             log.warning("%s: %s", path, warning)
