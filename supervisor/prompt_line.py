@@ -45,9 +45,13 @@ def _text_problem(where: str, text: str) -> BadLine | None:
 
 def _check_content(where: str, content: Any) -> None:
     """A turn's content the model can read: a non-blank string, or OpenAI's list of content
-    parts that are all text, not all blank. The job sends text to a text model: an image
-    part, or a part with no type, is a request SGLang refuses (or answers without what the
-    prompt points at), one 400 per attempt, so it is refused here, once, with its line."""
+    parts that are all text, not all blank. The job sends text to a text model, and SGLang
+    0.5.23 answers 400 to the rest, once per attempt: a media part to a text-only model is
+    "Model only supports text input; received unsupported content type 'image_url'."
+    (`sglang/srt/entrypoints/openai/serving_chat.py`, _validate_media_content), a part with
+    no type matches none of the content-part models (`protocol.py`,
+    ChatCompletionMessageContentPart, each with a `type` literal). Refused here, once, with
+    the line; so is a blank turn, which leaves the model nothing to answer."""
     if isinstance(content, str):
         problem = _text_problem(where, content)
         if problem is not None:
