@@ -120,7 +120,8 @@ class NvmlSource(GpuSource):
         An ordinal is read as NVML's index: the same GPU where CUDA_DEVICE_ORDER=PCI_BUS_ID
         or the node's GPUs are all one model (CUDA's default order puts faster boards
         first; between equals it keeps the PCI order NVML uses). A UUID may be shortened,
-        as CUDA allows: the GPU whose UUID starts with it."""
+        as CUDA allows: the GPU whose UUID starts with it. A MIG instance's id matches no
+        whole GPU: its row says so rather than show the parent board's figures as its own."""
         if entry in self._nvml_index:
             return self._nvml_index[entry]
         nvml = self._nvml
