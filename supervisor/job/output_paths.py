@@ -35,9 +35,9 @@ def _nearest_existing(path: Path) -> Path:
 
 def _write_problem(directory: Path) -> str | None:
     """Why no file can be created in `directory`, or None. A real probe file, created and
-    removed: permission bits, ACLs, read-only mounts (systemd's ProtectSystem=strict makes
-    everything outside the unit's own directories one) and a full disk all show in it, where
-    os.access() sees only the bits."""
+    removed: permission bits, ACLs and read-only mounts (systemd's ProtectSystem=strict makes
+    everything outside the unit's own directories one) all show in it, where os.access()
+    sees only the bits. (A full disk does not: the disk guard watches free space.)"""
     try:
         fd, probe = tempfile.mkstemp(prefix=".dflash-write-check-", dir=directory)
     except OSError as exc:
@@ -62,7 +62,8 @@ def output_dir_problem(config: JobConfig) -> str | None:
                 "directory: point it at one (it is created if missing)")
     existing = _nearest_existing(target)
     if not existing.is_dir():
-        return (f"{key}: {target} cannot be created: {existing} is a file, not a directory")
+        what = "a dangling symlink" if existing.is_symlink() else "a file"
+        return f"{key}: {target} cannot be created: {existing} is {what}, not a directory"
     why = _write_problem(existing)
     if why is None:
         return None
