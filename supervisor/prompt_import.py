@@ -97,9 +97,10 @@ class ImportSummary:
         """The counted warning for trailing assistant turns dropped, or None."""
         if not self.dropped_answers:
             return None
-        return (f"{self.dropped_answers} prompts ended with assistant turns (the dataset's own "
-                "answers): dropped, each prompt ends at its last user turn and the model "
-                "answers that")
+        n = self.dropped_answers
+        prompts = "1 prompt" if n == 1 else f"{n} prompts"
+        return (f"{prompts} ended with assistant turns (the dataset's own answers): dropped, "
+                "each prompt ends at its last user turn and the model answers that")
 
     def changed_warning(self) -> str | None:
         """What an operator must hear about ids whose text changed, or None."""

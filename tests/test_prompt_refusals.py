@@ -161,3 +161,10 @@ def test_the_daemons_start_logs_the_refusals_and_the_dropped_answers(
     assert f"{path}:2: messages[0].content is only whitespace: nothing to answer" in lines
     assert f"{path}: 1 more refused line (all in the state DB's import_refusals)" in lines
     assert any(line.startswith(f"{path}: 2 prompts ended with assistant turns") for line in lines)
+
+
+def test_one_dropped_answer_is_said_in_the_singular(tmp_path: Path, store: Store):
+    path = write(tmp_path / "p.jsonl", [{"conversations": [{"from": "human", "value": "q"},
+                                                          {"from": "gpt", "value": "a"}]}])
+    s = import_file(store, path)
+    assert s.dropped_warning().startswith("1 prompt ended with assistant turns")
