@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from dataclasses import astuple, dataclass
 from typing import Sequence
 
 from state.connection import StoreConnection, dumps
@@ -12,6 +13,17 @@ from state.records import (DONE, FAILED, IN_FLIGHT, PENDING, STATUSES, ClaimedPr
                            Failed, ImportRow, Outcome, Requeue, Retry, StatusCounts,
                            TruncationCounts)
 from state.waste_table import Wasted, insert_waste
+
+
+@dataclass(frozen=True)
+class ImportRefusal:
+    """A line of a prompts file refused at import: no prompt was made of it."""
+    file: str
+    line: int
+    prompt_id: str | None
+    kind: str
+    reason: str
+    time: float
 
 
 class PromptsTable(StoreConnection):
@@ -224,3 +236,27 @@ class PromptsTable(StoreConnection):
         return [tuple(r) for r in self._read(  # type: ignore[misc]
             "SELECT id, attempts, error FROM prompts WHERE status = 'failed' "
             "ORDER BY rowid LIMIT ?", (limit,))]
+
+    # -- lines refused at import (schema 8) ------------------------------------------------
+
+    def clear_import_refusals(self, file: str) -> int:
+        """Forget a file's refused lines before it is imported again (its lines may be fixed)."""
+        with self._tx() as conn:
+            return conn.execute("DELETE FROM import_refusals WHERE file = ?", (file,)).rowcount
+
+    def record_import_refusals(self, refusals: Sequence[ImportRefusal]) -> None:
+        if not refusals:
+            return
+        with self._tx() as conn:
+            conn.executemany(
+                "INSERT OR REPLACE INTO import_refusals (file, line, prompt_id, kind, reason, "
+                "time) VALUES (?, ?, ?, ?, ?, ?)", [astuple(r) for r in refusals])
+
+    def import_refusals(self, limit: int = 100) -> list[ImportRefusal]:
+        """Refused lines, by file and line."""
+        return [ImportRefusal(*r) for r in self._read(
+            "SELECT file, line, prompt_id, kind, reason, time FROM import_refusals "
+            "ORDER BY file, line LIMIT ?", (limit,))]
+
+    def import_refusal_count(self) -> int:
+        return int(self._read("SELECT count(*) FROM import_refusals")[0][0])

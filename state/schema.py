@@ -22,7 +22,7 @@ import sqlite3
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.waste_causes import WasteCause
 
-SCHEMA_VERSION = 8
+SCHEMA_VERSION = 9
 
 _V1 = [
     """
@@ -392,12 +392,35 @@ _V8 = [
     WHEN {_TRUNC.format(r='old')} BEGIN
         UPDATE truncation_counts SET n = n - ({_tally('old')});
     END
+
+# Lines of a prompts file refused at import (supervisor/prompt_line.py says why): they are
+# no prompt, so no `prompts` row, yet an auditor asks "which lines of my 900K were not run,
+# and why".
+# One row per (file, line): a file imported again replaces its own rows. `kind` is the
+# reason's class for GROUP BY (the reason itself names the turn and part).
+_V9 = [
+    """
+    CREATE TABLE import_refusals (
+        file      TEXT NOT NULL,                      -- the prompts file, resolved
+        line      INTEGER NOT NULL,                   -- 1-based line number in it
+        prompt_id TEXT,                               -- the line's own id, when it had one
+        kind      TEXT NOT NULL,                      -- malformed, empty_content, ...
+        reason    TEXT NOT NULL,                      -- one line: where and what
+        time      REAL NOT NULL,
+        PRIMARY KEY (file, line)
+    )
+    """,
+    """
+    CREATE VIEW audit_import_refusals AS
+    SELECT kind, count(*) AS lines, min(line) AS first_line, min(reason) AS example_reason
+    FROM import_refusals
+    GROUP BY kind ORDER BY lines DESC, kind
     """,
 ]
 
 # version -> statements that bring the DB from version-1 to version.
 MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: _V2, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                                    8: _V8}
+                                    8: _V8, 9: _V9}
 
 
 class SchemaError(RuntimeError):

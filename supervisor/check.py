@@ -7,7 +7,12 @@ renames flags between releases and a typo would otherwise surface as eight serve
 start. A launch command of another shape (a wrapper script) is asked for its `--help`
 instead, where SGLang is installed here, and every flag is looked up in it.
 
-Exit status: 0 fine, 1 flags the launch command does not accept, 2 the config is invalid.
+It also makes the start's check of the output directory (a file, or not writable: refused)
+and, while no state DB exists, refuses shard files already in a local output (the daemon
+would refuse to start over them).
+
+Exit status: 0 fine, 1 flags the launch command does not accept, 2 the config is invalid
+(or its output directory unusable).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from typing import Callable, Iterable, Sequence
 
 from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
 from supervisor.servers.flag_check import FlagVerdict, check_flags
-from supervisor.servers.launch_command import build_specs, max_running
+from supervisor.servers.launch_command import build_specs, max_running, server_devices
 
 HelpProvider = Callable[[Sequence[str]], str]
 
@@ -65,9 +70,12 @@ def describe(cfg: JobConfig) -> list[str]:
              else "requests in flight as SGLang reports on /server_info")
     for spec in build_specs(cfg.servers):
         log_path = cfg.path(cfg.servers.log_dir) / f"{spec.name}.log"
-        lines.append(f"{spec.name}: GPUs {spec.cuda_visible_devices}, port {spec.port}, "
+        devices = server_devices(spec)
+        given = "" if devices == spec.cuda_visible_devices else \
+            f" (the scheduler's {devices}, from this shell's CUDA_VISIBLE_DEVICES)"
+        lines.append(f"{spec.name}: GPUs {spec.cuda_visible_devices}{given}, port {spec.port}, "
                      f"{slots}, log {log_path}")
-        lines.append(f"  CUDA_VISIBLE_DEVICES={spec.cuda_visible_devices} {shlex.join(spec.argv)}")
+        lines.append(f"  CUDA_VISIBLE_DEVICES={devices} {shlex.join(spec.argv)}")
     return lines
 
 
@@ -106,6 +114,17 @@ def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None =
         check_gpus_exist(cfg, node_gpu_count())
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
+        return 2
+    # The start's own check of the output directory (as the user running `check`: run it
+    # as the service user to check that user's permissions).
+    from supervisor.job.output_paths import output_dir_problem, stray_shards, stray_shards_message
+    problem = output_dir_problem(cfg)
+    if problem is not None:
+        print(f"config error: {problem}", file=sys.stderr)
+        return 2
+    stray = stray_shards(cfg)
+    if stray:
+        print(f"config error: {stray_shards_message(cfg, stray, args.config)}", file=sys.stderr)
         return 2
     print(f"config OK: {args.config}")
     for line in describe(cfg):

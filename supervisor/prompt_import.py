@@ -9,14 +9,24 @@ however big the file is). Each line is one prompt in one of these shapes:
 - bare:     {"id"?, "prompt": "..."}
 - MT-bench: {"question_id": 81, "turns": ["...", ...]} (the first turn is the prompt)
 
-Trailing assistant turns are dropped: the prompt is everything up to the last user turn, and
-the model writes the answer. The id is the line's `id` (or MT-bench `question_id`), else a
-stable hash of the messages, so re-importing the same file inserts nothing new. Bad lines
-(malformed JSON, non-UTF-8 bytes, missing or ill-typed fields) are reported with their line
-number and skipped, whatever the parser's complaint. A UTF-8 byte-order mark is skipped. An id
-already imported with other text is reported (count and first ids); `--reimport-changed` takes
-the new text as new work for those ids. Exit status is non-zero only when the file yields
-nothing usable.
+A `content` is a string or OpenAI's list of content parts, all of them text parts
+({"type": "text", "text": ...}).
+
+Trailing assistant turns are dropped, with a counted warning, not refused: the prompt is
+everything up to the last user turn, and the model writes the answer. A ShareGPT-style
+conversation ends with the dataset's own answer, and regenerating it with the served model is
+what the job is for; refusing such lines would refuse nearly all of such a file.
+
+Lines that cannot be answered are refused, each with its line number and reason, counted by
+kind in the import report and recorded in the state DB's `import_refusals` table (a file
+imported again replaces its own rows): malformed lines (not JSON, not UTF-8, missing or
+ill-typed fields), a turn whose content is empty or only whitespace, a content part that is
+not text (`image_url`, a part with no type such as `{}`: the job sends text to a text model),
+and a line with no user turn. The id is the line's `id` (or MT-bench `question_id`), else a
+stable hash of the messages, so re-importing the same file inserts nothing new. A UTF-8
+byte-order mark is skipped. An id already imported with other text is reported (count and
+first ids); `--reimport-changed` takes the new text as new work for those ids. Exit status is
+non-zero only when the file yields nothing usable.
 """
 
 from __future__ import annotations
@@ -25,25 +35,23 @@ import argparse
 import hashlib
 import json
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
+from state.prompts_table import ImportRefusal
 from state.records import ImportRow
 from state.store import Store
 from supervisor.config import ConfigError, Partition
+from supervisor.prompt_line import BadLine, parse_line, parse_prompt
+
+# What a line means is prompt_line.py's; parse_prompt stays importable from here.
+__all__ = ["BadLine", "ImportSummary", "import_file", "main", "parse_prompt", "partition_of",
+           "prompts_file_problem", "read_prompts"]
 
 BATCH = 5000
 MAX_ERRORS_KEPT = 100
-
-_SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant",
-                   "assistant": "assistant", "chatgpt": "assistant", "bard": "assistant",
-                   "bing": "assistant", "model": "assistant", "system": "system"}
-_ROLES = {"system", "user", "assistant", "developer", "tool"}
-
-
-class BadLine(ValueError):
-    """A line that cannot become a prompt; the message says why."""
 
 
 @dataclass
@@ -59,6 +67,10 @@ class ImportSummary:
     reimported: int = 0
     # (line number, reason) of the first MAX_ERRORS_KEPT rejected lines.
     errors: list[tuple[int, str]] = field(default_factory=list)
+    # Rejected lines by kind (prompt_line.py: malformed, empty_content, ...).
+    rejected_by_kind: dict[str, int] = field(default_factory=dict)
+    # Prompts (of this node) whose trailing assistant turns were dropped.
+    dropped_answers: int = 0
 
     @property
     def usable(self) -> int:
@@ -68,6 +80,11 @@ class ImportSummary:
     def __str__(self) -> str:
         text = (f"{self.imported} imported, {self.duplicates} duplicate, "
                 f"{self.rejected} rejected")
+        if self.rejected_by_kind:
+            text += " (" + ", ".join(f"{n} {kind.replace('_', ' ')}" for kind, n in
+                                     sorted(self.rejected_by_kind.items())) + ")"
+        if self.dropped_answers:
+            text += f", {self.dropped_answers} with trailing answers dropped"
         if self.other_partition:
             text += f", {self.other_partition} in other partitions"
         if self.changed:
@@ -75,6 +92,15 @@ class ImportSummary:
         if self.reimported:
             text += f" ({self.reimported} re-imported as new work)"
         return text
+
+    def dropped_warning(self) -> str | None:
+        """The counted warning for trailing assistant turns dropped, or None."""
+        if not self.dropped_answers:
+            return None
+        n = self.dropped_answers
+        prompts = "1 prompt" if n == 1 else f"{n} prompts"
+        return (f"{prompts} ended with assistant turns (the dataset's own answers): dropped, "
+                "each prompt ends at its last user turn and the model answers that")
 
     def changed_warning(self) -> str | None:
         """What an operator must hear about ids whose text changed, or None."""
@@ -87,93 +113,10 @@ class ImportSummary:
                 "--reimport-changed`")
 
 
-def stable_hash(text: str) -> str:
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def partition_of(prompt_id: str, count: int) -> int:
     """Which of `count` parts a prompt belongs to: a stable hash of its id, the same on
     every node and every run (Python's hash() is salted per process; this is not)."""
     return int.from_bytes(hashlib.sha256(prompt_id.encode("utf-8")).digest()[:8], "big") % count
-
-
-def _content_ok(content: Any) -> bool:
-    # A string, or OpenAI's list of content parts.
-    return (isinstance(content, str) and content != "") or (
-        isinstance(content, list) and bool(content) and all(isinstance(p, dict) for p in content))
-
-
-def _from_messages(raw: Any) -> list[dict[str, Any]]:
-    if not isinstance(raw, list) or not raw:
-        raise BadLine("'messages' must be a non-empty list")
-    out = []
-    for i, m in enumerate(raw):
-        if not isinstance(m, dict):
-            raise BadLine(f"messages[{i}] is not an object")
-        role, content = m.get("role"), m.get("content")
-        if role not in _ROLES:
-            raise BadLine(f"messages[{i}].role must be one of {sorted(_ROLES)}, got {role!r}")
-        if not _content_ok(content):
-            raise BadLine(f"messages[{i}].content must be a non-empty string")
-        out.append({"role": role, "content": content})
-    return out
-
-
-def _from_conversations(raw: Any) -> list[dict[str, Any]]:
-    if not isinstance(raw, list) or not raw:
-        raise BadLine("'conversations' must be a non-empty list")
-    out = []
-    for i, turn in enumerate(raw):
-        if not isinstance(turn, dict):
-            raise BadLine(f"conversations[{i}] is not an object")
-        # from/value is ShareGPT's own form; role/content is how SpecForge's regeneration
-        # script and many re-exported datasets write the same turns.
-        who_key, value_key = ("from", "value") if "from" in turn else ("role", "content")
-        who, value = turn.get(who_key), turn.get(value_key)
-        role = _SHAREGPT_ROLES.get(who) if isinstance(who, str) else None
-        if role is None:
-            raise BadLine(f"conversations[{i}].{who_key} {who!r} is not a known speaker")
-        if not isinstance(value, str) or not value:
-            raise BadLine(f"conversations[{i}].{value_key} must be a non-empty string")
-        out.append({"role": role, "content": value})
-    return out
-
-
-def _from_turns(raw: Any) -> list[dict[str, Any]]:
-    if not isinstance(raw, list) or not raw or not isinstance(raw[0], str) or not raw[0]:
-        raise BadLine("'turns' must be a list whose first item is a non-empty string")
-    return [{"role": "user", "content": raw[0]}]
-
-
-def parse_prompt(obj: Any) -> tuple[str, list[dict[str, Any]]]:
-    """(id, messages) for one decoded line, or BadLine."""
-    if not isinstance(obj, dict):
-        raise BadLine("line is not a JSON object")
-    if "messages" in obj:
-        messages = _from_messages(obj["messages"])
-    elif "conversations" in obj:
-        messages = _from_conversations(obj["conversations"])
-    elif "prompt" in obj:
-        if not isinstance(obj["prompt"], str) or not obj["prompt"]:
-            raise BadLine("'prompt' must be a non-empty string")
-        messages = [{"role": "user", "content": obj["prompt"]}]
-    elif "turns" in obj:
-        messages = _from_turns(obj["turns"])
-    else:
-        raise BadLine("no 'messages', 'conversations', 'prompt' or 'turns' field")
-    while messages and messages[-1]["role"] == "assistant":
-        messages.pop()
-    if not any(m["role"] == "user" for m in messages):
-        raise BadLine("no user turn to answer")
-    raw_id = obj.get("id", obj.get("question_id"))
-    if raw_id is None:
-        prompt_id = "h-" + stable_hash(json.dumps(messages, ensure_ascii=False,
-                                                  separators=(",", ":"), sort_keys=True))[:32]
-    elif isinstance(raw_id, (str, int)) and not isinstance(raw_id, bool) and str(raw_id):
-        prompt_id = str(raw_id)
-    else:
-        raise BadLine(f"'id' must be a non-empty string or an integer, got {raw_id!r}")
-    return prompt_id, messages
 
 
 BOM = "\ufeff"
@@ -196,14 +139,29 @@ def _check_storable(prompt_id: str, messages: list[dict[str, Any]]) -> None:
     (prompt_id + json.dumps(messages, ensure_ascii=False)).encode("utf-8")
 
 
-def read_prompts(path: Path, summary: ImportSummary,
-                 partition: Partition | None = None) -> Iterator[ImportRow]:
-    """Stream the file's usable prompts; bad lines go into `summary`."""
+# Called with each refused line: (line number, the line's own id or None, why).
+OnRefused = Callable[[int, str | None, BadLine], None]
+
+
+def _own_id(obj: Any) -> str | None:
+    """A refused line's id, where it has a usable one (to find it in the file again)."""
+    if not isinstance(obj, dict):
+        return None
+    raw = obj.get("id", obj.get("question_id"))
+    if isinstance(raw, (str, int)) and not isinstance(raw, bool) and str(raw):
+        return str(raw)
+    return None
+
+
+def read_prompts(path: Path, summary: ImportSummary, partition: Partition | None = None,
+                 on_refused: OnRefused | None = None) -> Iterator[ImportRow]:
+    """Stream the file's usable prompts; bad lines go into `summary` (and to `on_refused`)."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             summary.lines = lineno
             if not raw.strip():
                 continue
+            obj: Any = None
             try:
                 try:
                     text = raw.decode("utf-8")
@@ -212,34 +170,60 @@ def read_prompts(path: Path, summary: ImportSummary,
                 if lineno == 1 and text.startswith(BOM):
                     text = text[1:]
                 try:
-                    prompt_id, messages = parse_prompt(_decode_json(text))
-                    _check_storable(prompt_id, messages)
+                    obj = _decode_json(text)
+                    parsed = parse_line(obj)
+                    _check_storable(parsed.id, parsed.messages)
                 except UnicodeEncodeError:
                     # JSON's \ud800 escapes decode to lone surrogates, which UTF-8 cannot hold.
                     raise BadLine("contains an unpaired UTF-16 surrogate escape") from None
             except BadLine as exc:
                 summary.rejected += 1
+                summary.rejected_by_kind[exc.kind] = summary.rejected_by_kind.get(exc.kind, 0) + 1
                 if len(summary.errors) < MAX_ERRORS_KEPT:
                     summary.errors.append((lineno, str(exc)))
+                if on_refused is not None:
+                    try:
+                        own_id = _own_id(obj)
+                        if own_id is not None:
+                            own_id.encode("utf-8")
+                    except UnicodeEncodeError:
+                        own_id = None
+                    on_refused(lineno, own_id, exc)
                 continue
-            if partition is not None and partition_of(prompt_id, partition.count) != partition.index:
+            if partition is not None and partition_of(parsed.id, partition.count) != partition.index:
                 summary.other_partition += 1
                 continue
-            yield ImportRow(prompt_id, messages, lineno)
+            if parsed.dropped_answers:
+                summary.dropped_answers += 1
+            yield ImportRow(parsed.id, parsed.messages, lineno)
 
 
 def import_file(store: Store, path: str | Path, partition: Partition | None = None,
                 batch: int = BATCH, reimport_changed: bool = False,
                 actor: str = "import") -> ImportSummary:
     """Import a prompts file into the store; idempotent (ids already there are duplicates).
-    Duplicates whose text changed are counted; with `reimport_changed` they become new work."""
+    Duplicates whose text changed are counted; with `reimport_changed` they become new work.
+    Refused lines are recorded in the store's import_refusals (this file's earlier ones
+    replaced), so the DB says which lines of the file were not run, and why."""
     summary = ImportSummary()
+    file = str(Path(path).resolve())
+    now = time.time()
+    store.clear_import_refusals(file)
+    refused: list[ImportRefusal] = []
+
+    def on_refused(lineno: int, own_id: str | None, exc: BadLine) -> None:
+        refused.append(ImportRefusal(file, lineno, own_id, exc.kind, str(exc), now))
+        if len(refused) >= batch:
+            store.record_import_refusals(refused)
+            refused.clear()
+
     rows: list[ImportRow] = []
-    for row in read_prompts(Path(path), summary, partition):
+    for row in read_prompts(Path(path), summary, partition, on_refused):
         rows.append(row)
         if len(rows) >= batch:
             _flush(store, rows, summary, reimport_changed, actor)
     _flush(store, rows, summary, reimport_changed, actor)
+    store.record_import_refusals(refused)
     return summary
 
 
@@ -306,9 +290,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"... and {summary.rejected - len(summary.errors)} more rejected lines",
               file=sys.stderr)
     print(f"{path}: {summary} ({total} prompts in {args.state})")
-    warning = summary.changed_warning()
-    if warning:
-        print(f"dflash-supervisor import: {warning}", file=sys.stderr)
+    for warning in (summary.dropped_warning(), summary.changed_warning()):
+        if warning:
+            print(f"dflash-supervisor import: {warning}", file=sys.stderr)
     if summary.usable == 0:
         print("dflash-supervisor import: nothing usable in the file", file=sys.stderr)
         return 1

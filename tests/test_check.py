@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -89,9 +90,11 @@ def test_example_config_through_the_cli_prints_every_server_command() -> None:
     import sys
 
     repo = Path(__file__).resolve().parents[1]
+    # As on a node, not under a scheduler's CUDA_VISIBLE_DEVICES (which the GPUs index into).
+    env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     out = subprocess.run([sys.executable, "-m", "supervisor", "check", "--config",
                           "systemd/example-config.toml"], cwd=repo, capture_output=True,
-                         text=True, timeout=300, stdin=subprocess.DEVNULL)
+                         text=True, timeout=300, stdin=subprocess.DEVNULL, env=env)
     if importlib.util.find_spec("sglang") is None:
         assert out.returncode == 0, out.stderr
         assert "flags not checked" in out.stdout

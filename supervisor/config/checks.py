@@ -4,6 +4,10 @@ GPUs the node really has."""
 
 from __future__ import annotations
 
+import ipaddress
+import re
+from typing import Mapping
+
 from supervisor.config.sections import ConfigError, JobConfig, ServersSection
 
 
@@ -21,6 +25,12 @@ def validate(cfg: JobConfig) -> None:
     s = cfg.servers
     if s.gpus and s.count:
         raise ConfigError("servers: set either gpus or count, not both")
+    negative = [g for g in s.gpus if g < 0]
+    if negative:
+        raise ConfigError(f"servers.gpus: GPU ids are 0 or more, got {negative[0]} in "
+                          f"{list(s.gpus)}")
+    if s.count < 0:
+        raise ConfigError(f"servers.count: must be >= 1, got {s.count}")
     if not s.gpu_list:
         raise ConfigError("servers: set gpus = [0, 1, ...] or count = N (N >= 1)")
     if len(set(s.gpu_list)) != len(s.gpu_list):
@@ -30,6 +40,9 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError(
             f"servers.tp_size: {len(s.gpu_list)} GPUs do not split into groups of {s.tp_size}"
         )
+    problem = host_problem(s.host)
+    if problem:
+        raise ConfigError(f"servers.host: {problem}")
     if not 1 <= s.base_port <= 65535:
         raise ConfigError(f"servers.base_port: must be a TCP port, got {s.base_port}")
     if not s.model_path:
@@ -110,6 +123,34 @@ def validate(cfg: JobConfig) -> None:
             raise ConfigError(f"job.output: no bucket in {out!r} (expected s3://bucket/prefix/)")
     elif "://" in out:
         raise ConfigError(f"job.output: a local directory or s3://bucket/prefix/, got {out!r}")
+
+
+# RFC 1123 host names: dot-separated labels of letters, digits and hyphens, 1..63 long, not
+# starting or ending with a hyphen; 253 characters in all.
+_LABEL = re.compile(r"^(?!-)[A-Za-z0-9-]{1,63}(?<!-)$")
+
+
+def host_problem(host: str) -> str | None:
+    """Why `host` is neither an IP address nor a host name (one line), or None. The servers
+    bind it and the daemon connects to it: a URL or "host:port" here fails every server."""
+    try:
+        ipaddress.ip_address(host)
+        return None
+    except ValueError:
+        pass
+    name = host[:-1] if host.endswith(".") else host
+    labels = name.split(".")
+    # An all-digit last label is a mistyped IPv4 address, not a name (RFC 3696 2).
+    if (0 < len(name) <= 253 and all(_LABEL.match(label) for label in labels)
+            and not labels[-1].isdigit()):
+        return None
+    hint = ""
+    if "://" in host or "/" in host:
+        hint = " (no scheme or path: just the address)"
+    elif host.count(":") == 1:
+        hint = " (no port here: server i listens on servers.base_port + i)"
+    return (f"{host!r} is not an IP address or a host name{hint}; e.g. 127.0.0.1, ::1 or "
+            "node7.cluster")
 
 
 def _check_ports(s: ServersSection) -> None:
@@ -198,14 +239,28 @@ def load_warnings(cfg: JobConfig) -> list[str]:
     return out
 
 
-def check_gpus_exist(cfg: JobConfig, device_count: int | None) -> None:
-    """Refuse GPU indices the node does not have, when the driver can say how many it has
-    (`device_count` None: no driver here, nothing to check). The simulator needs no GPU."""
-    if device_count is None or any("supervisor.sim" in part for part in cfg.servers.command):
+def check_gpus_exist(cfg: JobConfig, device_count: int | None,
+                     env: Mapping[str, str] | None = None) -> None:
+    """Refuse GPU indices the job does not have. Where the daemon's own CUDA_VISIBLE_DEVICES
+    is set (a scheduler's allocation, read from `env`, the process environment by default),
+    the config's numbers index into that list and must be within it; else, where the driver
+    can say how many GPUs the node has (`device_count` None: no driver, nothing to check),
+    within those. The simulator needs no GPU."""
+    from supervisor.gpu.visible_devices import describe, visible_devices
+
+    if any("supervisor.sim" in part for part in cfg.servers.command):
+        return
+    key = "servers.gpus" if cfg.servers.gpus else "servers.count"
+    visible = visible_devices(env)
+    if visible is not None:
+        past = [g for g in cfg.servers.gpu_list if g >= len(visible)]
+        if past:
+            raise ConfigError(f"{key}: GPU {', '.join(map(str, past))} is past {describe(visible)}; "
+                              "under a scheduler the config's GPUs are indices into its list")
+        return
+    if device_count is None:
         return
     missing = [g for g in cfg.servers.gpu_list if g >= device_count]
     if missing:
-        key = "servers.gpus" if cfg.servers.gpus else "servers.count"
         raise ConfigError(f"{key}: GPU {', '.join(map(str, missing))} does not exist "
                           f"(this node has {device_count}: 0..{device_count - 1})")
-

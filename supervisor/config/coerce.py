@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import fields
-from typing import Any
+from typing import Any, Mapping
 
 from supervisor.config.sections import ConfigError, Partition
 
@@ -77,13 +77,26 @@ def check_flags(key: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def build_section(name: str, cls: type, raw: Any) -> Any:
+def owners_of(key: str, sections: Mapping[str, type]) -> list[str]:
+    """The sections that have a key of this name (where a misplaced key belongs)."""
+    return [name for name, cls in sections.items() if key in {f.name for f in fields(cls)}]
+
+
+def build_section(name: str, cls: type, raw: Any,
+                  sections: Mapping[str, type] | None = None) -> Any:
     if not isinstance(raw, dict):
         raise ConfigError(f"[{name}]: expected a table")
     known = {f.name: f for f in fields(cls)}
     kwargs: dict[str, Any] = {}
     for key, value in raw.items():
         if key not in known:
+            # A key under the wrong header is the usual TOML slip: every key after a
+            # [table] line belongs to that table until the next one. Say where it goes.
+            owners = owners_of(key, sections or {})
+            if owners:
+                where = " or ".join(f"[{o}] ({o}.{key})" for o in owners)
+                raise ConfigError(f"{name}.{key}: unknown key in [{name}]; {key} belongs in "
+                                  f"{where}: move it under that table's header")
             allowed = ", ".join(sorted(known))
             raise ConfigError(f"{name}.{key}: unknown key (allowed: {allowed})")
         kwargs[key] = _coerce(f"{name}.{key}", value, str(known[key].type))

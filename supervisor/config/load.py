@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from supervisor.config.checks import validate, load_warnings
-from supervisor.config.coerce import build_section, check_flags
+from supervisor.config.coerce import build_section, check_flags, owners_of
 from supervisor.config.sections import SECTIONS, ConfigError, JobConfig, JobSection, Partition
 
 
@@ -29,6 +29,34 @@ def _resolve_auto_partition(job: JobSection, env: Mapping[str, str]) -> JobSecti
     return replace(job, partition=Partition(found.index, found.count))
 
 
+def _unknown_top_level(name: str, raw: Any) -> str:
+    allowed = ", ".join(f"[{n}]" for n in SECTIONS)
+    if isinstance(raw, dict):
+        return f"[{name}]: unknown section (allowed: {allowed})"
+    # A plain key at the top level: TOML puts a key written above the first [table] header
+    # outside every table, so `prompts = "p.jsonl"` on line 1 is not job.prompts.
+    owners = owners_of(name, SECTIONS)
+    if owners:
+        where = " or ".join(f"[{o}] ({o}.{name})" for o in owners)
+        return (f"{name}: a key at the top of the file, outside any table; it belongs in "
+                f"{where}: move it under that table's header")
+    return (f"{name}: a key at the top of the file, outside any table, and no table has it "
+            f"(tables: {allowed})")
+
+
+def _check_gpu_keys(raw: Any) -> None:
+    """What the built section cannot tell apart: `gpus = []` written out (with a count, or
+    alone) looks like gpus left unset."""
+    if not isinstance(raw, dict) or "gpus" not in raw:
+        return
+    if "count" in raw:
+        raise ConfigError(f"servers: set either gpus or count, not both (gpus = {raw['gpus']!r}, "
+                          f"count = {raw['count']!r})")
+    if raw["gpus"] == []:
+        raise ConfigError("servers.gpus: an empty list; list the GPUs (gpus = [0, 1, ...]) "
+                          "or set count = N")
+
+
 def parse_config(data: Mapping[str, Any], base_dir: Path = Path("."),
                  env: Mapping[str, str] | None = None) -> JobConfig:
     """`env` is where `job.partition = "auto"` looks (the process environment by default)."""
@@ -36,9 +64,9 @@ def parse_config(data: Mapping[str, Any], base_dir: Path = Path("."),
     for name, raw in data.items():
         cls = SECTIONS.get(name)
         if cls is None:
-            allowed = ", ".join(f"[{n}]" for n in SECTIONS)
-            raise ConfigError(f"[{name}]: unknown section (allowed: {allowed})")
-        sections[name] = build_section(name, cls, raw)
+            raise ConfigError(_unknown_top_level(name, raw))
+        sections[name] = build_section(name, cls, raw, SECTIONS)
+    _check_gpu_keys(data.get("servers"))
     sections["job"] = _resolve_auto_partition(sections.get("job", JobSection()),
                                               os.environ if env is None else env)
     cfg = JobConfig(**sections, base_dir=base_dir)

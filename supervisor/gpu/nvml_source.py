@@ -12,10 +12,11 @@ import logging
 import threading
 import time
 from types import ModuleType
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Sequence, TypeVar
 
 from supervisor.gpu.snapshot import GpuProcess, GpuSnapshot, GpuTelemetry
 from supervisor.gpu.source import GpuSource
+from supervisor.gpu.visible_devices import visible_devices
 
 log = logging.getLogger(__name__)
 
@@ -30,15 +31,29 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+_FROM_ENV: Any = object()
+
+
 class NvmlSource(GpuSource):
+    """`visible`: the daemon's CUDA_VISIBLE_DEVICES entries (read from the environment by
+    default; None: the whole node). NVML numbers every GPU of the node whatever that variable
+    says, while the config's GPUs (and so the servers' names and the status's GPU rows)
+    index into the scheduler's list: with a list, exactly its devices are sampled, reported
+    under their index in it, so "gpu0" is the server's own GPU, not another job's."""
+
     def __init__(
         self,
         nvml: ModuleType | None = None,
         retry_init_s: float = 60.0,
         clock: Callable[[], float] = time.time,
+        visible: Sequence[str] | None = _FROM_ENV,
     ) -> None:
         # `nvml` is injectable so tests drive this code with a fake driver module.
         self._nvml = nvml
+        self._visible = visible_devices() if visible is _FROM_ENV else (
+            None if visible is None else tuple(visible))
+        # Each visible entry's NVML index, once found (the node's GPUs do not move).
+        self._nvml_index: dict[str, int] = {}
         self._retry_init_s = retry_init_s
         self._clock = clock
         self._lock = threading.Lock()
@@ -100,11 +115,45 @@ class NvmlSource(GpuSource):
             errors.append(f"{name}: {exc}")
             return None
 
-    def _device(self, index: int) -> GpuSnapshot:
+    def _resolve(self, entry: str, count: int) -> int | None:
+        """The NVML index of a CUDA_VISIBLE_DEVICES entry, or None when no GPU matches.
+        An ordinal is read as NVML's index: the same GPU where CUDA_DEVICE_ORDER=PCI_BUS_ID
+        or the node's GPUs are all one model (CUDA's default order puts faster boards
+        first; between equals it keeps the PCI order NVML uses). A UUID may be shortened,
+        as CUDA allows: the GPU whose UUID starts with it. A MIG instance's id matches no
+        whole GPU: its row says so rather than show the parent board's figures as its own."""
+        if entry in self._nvml_index:
+            return self._nvml_index[entry]
+        nvml = self._nvml
+        assert nvml is not None
+        found: int | None = None
+        if entry.isdigit():
+            found = int(entry) if int(entry) < count else None
+        else:
+            for i in range(count):
+                try:
+                    uuid = _text(nvml.nvmlDeviceGetUUID(nvml.nvmlDeviceGetHandleByIndex(i)))
+                except nvml.NVMLError:
+                    continue
+                if uuid.startswith(entry):
+                    found = i
+                    break
+        if found is not None:
+            self._nvml_index[entry] = found
+        return found
+
+    def _device(self, index: int, at: int | None) -> GpuSnapshot:
+        """GPU `index` as the job numbers it, read from NVML's index `at` (None when its
+        CUDA_VISIBLE_DEVICES entry matches no GPU)."""
         nvml = self._nvml
         assert nvml is not None
         errors: list[str] = []
-        handle = self._metric("handle", errors, lambda: nvml.nvmlDeviceGetHandleByIndex(index))
+        if at is None:
+            assert self._visible is not None
+            return GpuSnapshot(index, None, None, None, None, None, None, None, None, None, None,
+                               (), (f"handle: {self._visible[index]!r} of CUDA_VISIBLE_DEVICES "
+                                    "matches no GPU NVML reports",))
+        handle = self._metric("handle", errors, lambda: nvml.nvmlDeviceGetHandleByIndex(at))
         if handle is None:
             return GpuSnapshot(index, None, None, None, None, None, None, None, None, None, None,
                                (), tuple(errors))
@@ -156,7 +205,11 @@ class NvmlSource(GpuSource):
             errors: list[str] = []
             driver = self._metric("driver_version", errors,
                                   lambda: _text(nvml.nvmlSystemGetDriverVersion()))
-            gpus = tuple(self._device(i) for i in range(count))
+            if self._visible is None:
+                gpus = tuple(self._device(i, i) for i in range(count))
+            else:
+                gpus = tuple(self._device(i, self._resolve(entry, count))
+                             for i, entry in enumerate(self._visible))
             return GpuTelemetry(available=True, reason=None, sampled_at=now,
                                 driver_version=driver, gpus=gpus)
 

@@ -15,7 +15,6 @@ from supervisor.contract.event_kinds import EventKind
 log = logging.getLogger("supervisor.job")
 
 
-
 class JobError(RuntimeError):
     """The job cannot start (no prompts, unreadable prompts file...)."""
 
@@ -45,8 +44,13 @@ def import_prompts(store: Store, config: JobConfig) -> None:
     log.info("imported %s: %s", path, summary)
     for lineno, reason in summary.errors[:10]:
         log.warning("%s:%d: %s", path, lineno, reason)
-    if summary.changed_warning():
-        log.warning("%s", summary.changed_warning())
+    if summary.rejected > 10:
+        more = summary.rejected - 10
+        log.warning("%s: %d more refused line%s (all in the state DB's import_refusals)",
+                    path, more, "" if more == 1 else "s")
+    for warning in (summary.dropped_warning(), summary.changed_warning()):
+        if warning:
+            log.warning("%s: %s", path, warning)
     if not store.counts().total:
         raise JobError(f"job.prompts: {path}: no usable prompts ({summary})")
     store.set_setting(Setting.IMPORTED_PROMPTS, fingerprint)
@@ -59,9 +63,15 @@ def open_job_store(config: JobConfig, *, before_open: Callable[[], None] | None 
     checked against it, the prompts imported. `before_open`/`after_open` run just before the
     DB file is opened and once it is open (a node's state backups: a restore, then the shards
     uploaded since the backup taken back), `check_output` after them and before the import,
-    so a start refused over existing output leaves a new DB as empty as it found it."""
+    so a start refused over existing output leaves a new DB as empty as it found it.
+    First of all, the directory shards go into must be usable (output_paths.py): a fault
+    there is refused before the DB is touched or a prompt read."""
     from state.checked_open import StateDBError, open_checked
+    from supervisor.job.output_paths import output_dir_problem
 
+    problem = output_dir_problem(config)
+    if problem is not None:
+        raise JobError(problem)
     path = config.path(config.job.state)
     path.parent.mkdir(parents=True, exist_ok=True)
     if before_open is not None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 from supervisor.config import DispatchSection, ServersSection
+from supervisor.gpu.visible_devices import devices_for, visible_devices
 
 # The dispatcher's per-server in-flight limit when neither config nor flags say and the
 # server does not report its own on /server_info (see server_slots.py).
@@ -45,7 +46,9 @@ class ServerSpec:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self.host}:{self.port}"
+        # An IPv6 address goes in brackets in a URL (RFC 3986), "http://[::1]:30000".
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
 
 
 def server_name(gpus: tuple[int, ...]) -> str:
@@ -101,11 +104,24 @@ def build_specs(servers: ServersSection) -> list[ServerSpec]:
     return specs
 
 
+def server_devices(spec: ServerSpec, base: Mapping[str, str] | None = None) -> str:
+    """The server's CUDA_VISIBLE_DEVICES: its GPUs' entries in the daemon's own list where a
+    scheduler set one (supervisor/gpu/visible_devices.py), else the config's GPU numbers."""
+    visible = visible_devices(base)
+    try:
+        return ",".join(devices_for(spec.gpus, visible))
+    except IndexError:
+        # Only the simulator gets here (it uses no GPU; the start refuses such an index for
+        # any other command): its numbers as they are.
+        return spec.cuda_visible_devices
+
+
 def build_env(spec: ServerSpec, base: Mapping[str, str] | None = None) -> dict[str, str]:
     env = dict(os.environ if base is None else base)
     for key in _SYSTEMD_VARS:
         env.pop(key, None)
-    env["CUDA_VISIBLE_DEVICES"] = spec.cuda_visible_devices
+    # Read before it is overwritten: a scheduler's list is what the server's GPUs index into.
+    env["CUDA_VISIBLE_DEVICES"] = server_devices(spec, env)
     # The log pump classifies a death from the last lines; a block-buffered stdout would lose
     # exactly those lines when the process is killed.
     env["PYTHONUNBUFFERED"] = "1"

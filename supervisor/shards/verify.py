@@ -115,8 +115,10 @@ def send_back(store: Store, report: DbVerifyReport, actor: str) -> int:
 
 
 def unknown_output_message(report: DbVerifyReport, state_path: Path, output: str) -> str:
+    n = len(report.unknown_keys)
     first = ", ".join(report.unknown_keys[:3])
-    return (f"{output} holds {len(report.unknown_keys)} shards of this job that the state DB "
+    shards = "1 shard" if n == 1 else f"{n} shards"
+    return (f"job.output: {output} holds {shards} of this job that the state DB "
             f"{state_path} does not know (first: {first}): the DB is new, was reset or is "
             "older than its output, and running would overwrite finished work. Restore the DB "
             "from a backup, rebuild it from the output with `dflash-supervisor rebuild-state "

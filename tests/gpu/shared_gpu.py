@@ -10,7 +10,8 @@ still wants two real servers, so it runs them both on one device:
         and the log the daemon watches are SGLang's own;
     python -m tests.gpu.shared_gpu daemon run --config job.toml
         `dflash-supervisor` itself, except that the node is said to have at least as many
-        GPUs as the config names; NVML telemetry still reads the real devices.
+        GPUs as the config names (and the daemon is given no CUDA_VISIBLE_DEVICES list); NVML
+        telemetry still reads the real devices.
 
 Nothing else of the daemon is changed: it spawns, watches, kills and restarts real SGLang.
 """
@@ -47,6 +48,10 @@ def daemon(argv: list[str]) -> int:
     from supervisor.cli import main
 
     nvml_source.node_gpu_count = at_least(nvml_source.node_gpu_count, NAMED_GPUS)
+    # A machine that hands this shell one GPU by CUDA_VISIBLE_DEVICES would make the config's
+    # GPUs 0 and 1 indices into a one-entry list (refused); the launch wrapper above puts
+    # every server on the shared device anyway.
+    os.environ.pop("CUDA_VISIBLE_DEVICES", None)
     return main(argv)
 
 

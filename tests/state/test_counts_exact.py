@@ -139,7 +139,7 @@ def test_the_migration_counts_what_an_older_db_holds(tmp_path, readonly):
     a reader (which never migrates) counts them from the rows itself."""
     path = tmp_path / "job.db"
     con = sqlite3.connect(path, isolation_level=None)
-    migrate(con, SCHEMA_VERSION - 1)
+    migrate(con, 7)
     con.executemany(
         "INSERT INTO prompts (id, messages, status, finish_reason, loop, content, "
         "reasoning_content) VALUES (?, '[]', ?, ?, ?, ?, ?)",
@@ -150,4 +150,4 @@ def test_the_migration_counts_what_an_older_db_holds(tmp_path, readonly):
     store = Store.open_readonly(path) if readonly else Store.open(path)
     with store:
         assert store.truncation_counts() == TruncationCounts(long=2, looping=1, in_thinking=2)
-        assert store.schema_version == (SCHEMA_VERSION - 1 if readonly else SCHEMA_VERSION)
+        assert store.schema_version == (7 if readonly else SCHEMA_VERSION)
