@@ -392,6 +392,8 @@ _V8 = [
     WHEN {_TRUNC.format(r='old')} BEGIN
         UPDATE truncation_counts SET n = n - ({_tally('old')});
     END
+    """,
+]
 
 # Lines of a prompts file refused at import (supervisor/prompt_line.py says why): they are
 # no prompt, so no `prompts` row, yet an auditor asks "which lines of my 900K were not run,
