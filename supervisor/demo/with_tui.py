@@ -29,7 +29,7 @@ def run_with_tui(config_path: Path, socket: str, log_path: Path) -> int:
     previous = {sig: signal.signal(sig, handler) for sig, handler in (
         (signal.SIGINT, signal.SIG_IGN), (signal.SIGHUP, _exit), (signal.SIGTERM, _exit))}
     try:
-        tui = subprocess.run([sys.executable, "-m", "tui", "--socket", socket])
+        tui = subprocess.run([sys.executable, "-m", "tui", "--socket", socket, "--demo"])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
