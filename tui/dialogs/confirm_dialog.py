@@ -17,7 +17,10 @@ from textual.widgets import Button, Static
 
 class ConfirmDialog(ModalScreen[bool]):
     BINDINGS = [
-        Binding("y", "answer(True)", "Yes"),
+        # Enter answers yes even where no button has the focus (a terminal that reports
+        # losing focus, tmux without focus events, leaves none focused); a focused Cancel
+        # button takes its own Enter first.
+        Binding("y,enter", "answer(True)", "Yes"),
         Binding("n,escape", "answer(False)", "No"),
     ]
 
