@@ -64,10 +64,8 @@ def fit_columns(columns: Sequence[tuple[str, str]], rows: Sequence[Mapping[str, 
         kept.remove(key)
     # A column of n/a is worth less than the rest of an exit reason; and once one has gone,
     # the others go too (no GPU figures at all reads better than one column of n/a).
-    dropped_silent = any(k not in kept for k in silent)
-    for key in silent:
-        if key in kept and (dropped_silent or others() + reason_natural + PADDING > width):
-            kept.remove(key)
+    if any(k not in kept for k in silent) or others() + reason_natural + PADDING > width:
+        kept = [k for k in kept if k not in silent]
     chosen = tuple((k, headings[k]) for k in kept)
     if LAST not in kept:
         return ColumnFit(chosen, None)
