@@ -144,9 +144,9 @@ def _summary(result: Any, cfg: JobConfig, wall_s: float) -> None:
     q = s.dispatch.quality
     print(f"demo {result.reason} in {wall_s:.0f} s: {s.done}/{s.total} done, {s.failed} failed, "
           f"{s.remaining} left")
-    print(f"      this run: {q.checked_total} completions checked, {q.truncated_total} truncated "
-          f"at max_tokens ({q.thinking_truncated_total} inside the thinking, {q.loop_total} "
-          f"looping), {q.bad_total} bad")
+    print(f"      this run: {q.checked_total} completions checked, {q.bad_total} bad, "
+          f"{q.truncated_total} truncated at max_tokens\n"
+          f"      ({q.thinking_truncated_total} inside the thinking, {q.loop_total} looping)")
     restarts = sum(srv.restarts for srv in s.servers)
     if restarts:
         print(f"      servers restarted {restarts} times: " + ", ".join(
@@ -158,4 +158,5 @@ def _summary(result: Any, cfg: JobConfig, wall_s: float) -> None:
             f"last error: {u.last_error}" if u.backlog_shards and u.last_error else "ok")
         print(f"      uploads: {u.uploaded_shards} shards verified in {u.destination} "
               f"({u.uploaded_bytes / 1e6:.1f} MB), {u.backlog_shards} waiting; {state}")
-    print(f"      shards in {where}; run the same command again to resume (nothing is redone)")
+    print(f"      shards in {where}\n"
+          "      run the same command again to resume (nothing is redone)")
