@@ -22,6 +22,7 @@ from supervisor.contract.status import Event, Status
 from tui.client_protocol import DaemonClient, connect
 from tui.event_log import EventLog
 from tui.link_state import LinkState
+from tui.screens.help_screen import QUIT_ENDS_DEMO, QUIT_LEAVES_DAEMON
 from tui.screens.main_screen import MainScreen
 from tui.status_feed import FeedTiming, follow
 
@@ -35,15 +36,16 @@ class DflashTui(App[None]):
     events: reactive[tuple[Event, ...]] = reactive(())
 
     def __init__(self, daemon: DaemonClient, *, readonly: bool = False,
-                 timing: FeedTiming = FeedTiming()) -> None:
+                 timing: FeedTiming = FeedTiming(), quit_text: str = QUIT_LEAVES_DAEMON) -> None:
         super().__init__()
         self.daemon = daemon
         self.readonly = readonly
+        self.quit_text = quit_text
         self.timing = timing
         self._events = EventLog()
 
     def on_mount(self) -> None:
-        self.push_screen(MainScreen(self.daemon, self.readonly).data_bind(
+        self.push_screen(MainScreen(self.daemon, self.readonly, self.quit_text).data_bind(
             DflashTui.status, DflashTui.link, DflashTui.events))
         self.follow_daemon()
 
@@ -71,8 +73,9 @@ class DflashTui(App[None]):
 
 
 def make_app(daemon: DaemonClient, *, readonly: bool = False,
-             timing: FeedTiming = FeedTiming()) -> DflashTui:
-    return DflashTui(daemon, readonly=readonly, timing=timing)
+             timing: FeedTiming = FeedTiming(), demo: bool = False) -> DflashTui:
+    return DflashTui(daemon, readonly=readonly, timing=timing,
+                     quit_text=QUIT_ENDS_DEMO if demo else QUIT_LEAVES_DAEMON)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,13 +86,16 @@ def main(argv: list[str] | None = None) -> int:
                              "once per node for a many-node job's fleet screen")
     parser.add_argument("--readonly", action="store_true",
                         help="watch only: hide and disable every action key")
+    parser.add_argument("--demo", action="store_true",
+                        help="set by `dflash-supervisor demo --tui`, which stops its daemon when "
+                             "this TUI quits: the help screen says so")
     args = parser.parse_args(argv)
     sockets = args.socket or [None]
     if len(sockets) > 1:
         from tui.fleet_app import make_fleet_app
         make_fleet_app([connect(s) for s in sockets], readonly=args.readonly).run()
         return 0
-    make_app(connect(sockets[0]), readonly=args.readonly).run()
+    make_app(connect(sockets[0]), readonly=args.readonly, demo=args.demo).run()
     return 0
 
 

@@ -209,7 +209,9 @@ class ServerStatus(Record):
     state_reason: str            # why it is in its state ("oom: ...; restarting in 20 s")
     state_since: float
     pid: int | None
-    uptime_s: float | None       # seconds since it last became READY; None unless READY
+    # Seconds since it last became READY; None unless serving (READY, or DRAINING: it still
+    # answers the requests it holds).
+    uptime_s: float | None
     in_flight: int
     max_running: int             # the dispatcher's slots for it
     req_per_s: float             # windowed

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 from supervisor.config import ConfigError, JobConfig
 from supervisor.demo.config import (DEMO_TIME_SCALE, DEMO_TOKENS_PER_S, demo_config,
                                     write_config_file)
-from supervisor.demo.progress import ProgressPrinter
+from supervisor.demo.progress import REDRAW, ProgressPrinter
 from supervisor.free_ports import free_base_port
 
 log = logging.getLogger("supervisor.demo")
@@ -34,19 +34,27 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--output", default=None,
                    help="where shards go: a directory (default DIR/shards) or s3://bucket/prefix/")
     p.add_argument("--endpoint-url", default=None, help="S3-compatible endpoint for s3:// output")
-    p.add_argument("--max-tokens", type=int, default=4096)
+    p.add_argument("--max-tokens", type=int, default=4096,
+                   help="the job's starting max tokens per answer (default 4096: some of the "
+                        "demo's answers are longer and get truncated; raise it live with m "
+                        "under --tui)")
     p.add_argument("--time-scale", type=float, default=DEMO_TIME_SCALE,
-                   help="simulated seconds per wall second")
+                   help=f"simulated seconds per wall second (default {DEMO_TIME_SCALE:g}: "
+                        "higher runs the demo faster)")
     p.add_argument("--instant", action="store_true", help="servers answer at once (benchmarks)")
     p.add_argument("--empty-rate", type=float, default=0.0,
-                   help="share of empty completions the servers return (trips the quality gate)")
+                   help="share of empty completions the servers return (default 0; 0.9 trips "
+                        "the quality gate)")
     p.add_argument("--loop-share", type=float, default=0.25,
-                   help="share of the long answers that loop forever (flagged, not requeued)")
+                   help="share of the long answers that loop forever (flagged, not requeued; "
+                        "default 0.25, 0 for none)")
     p.add_argument("--fault", choices=("none", "crash", "oom", "hang", "stall", "collapse"),
                    default="none",
                    help="make every server fail this way after --fault-after-s (collapse: "
                         "alive but decoding 8x slower; the saturation guard lowers the limit)")
-    p.add_argument("--fault-after-s", type=float, default=10.0)
+    p.add_argument("--fault-after-s", type=float, default=10.0,
+                   help="wall seconds after each server is ready before --fault strikes, "
+                        "again after each restart (default 10)")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--tui", action="store_true",
                    help="run the daemon in the background and watch it in dflash-tui "
@@ -123,7 +131,10 @@ def _log_to_file(path: Path) -> None:
     root.addHandler(fh)
     err = logging.StreamHandler(sys.stderr)
     err.setLevel(logging.WARNING)
-    err.setFormatter(logging.Formatter("\n%(levelname)s %(name)s: %(message)s"))
+    # On a terminal a warning takes the progress line's place (the next redraw puts the line
+    # back under it); in a pipe it is a line of its own.
+    lead = REDRAW if sys.stderr.isatty() else ""
+    err.setFormatter(logging.Formatter(lead + "%(levelname)s: %(message)s"))
     root.addHandler(err)
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
@@ -133,9 +144,9 @@ def _summary(result: Any, cfg: JobConfig, wall_s: float) -> None:
     q = s.dispatch.quality
     print(f"demo {result.reason} in {wall_s:.0f} s: {s.done}/{s.total} done, {s.failed} failed, "
           f"{s.remaining} left")
-    print(f"      this run: {q.checked_total} completions checked, {q.truncated_total} truncated "
-          f"at max_tokens ({q.thinking_truncated_total} inside the thinking, {q.loop_total} "
-          f"looping), {q.bad_total} bad")
+    print(f"      this run: {q.checked_total} completions checked, {q.bad_total} bad, "
+          f"{q.truncated_total} truncated at max_tokens\n"
+          f"      ({q.thinking_truncated_total} inside the thinking, {q.loop_total} looping)")
     restarts = sum(srv.restarts for srv in s.servers)
     if restarts:
         print(f"      servers restarted {restarts} times: " + ", ".join(
@@ -147,4 +158,5 @@ def _summary(result: Any, cfg: JobConfig, wall_s: float) -> None:
             f"last error: {u.last_error}" if u.backlog_shards and u.last_error else "ok")
         print(f"      uploads: {u.uploaded_shards} shards verified in {u.destination} "
               f"({u.uploaded_bytes / 1e6:.1f} MB), {u.backlog_shards} waiting; {state}")
-    print(f"      shards in {where}; run the same command again to resume (nothing is redone)")
+    print(f"      shards in {where}\n"
+          "      run the same command again to resume (nothing is redone)")

@@ -1,12 +1,24 @@
-"""The demo's live progress line: redrawn in place on a terminal, one line every few seconds
-otherwise (a log file or a pipe)."""
+"""The demo's live progress line: redrawn in place on a terminal, fitted to its width (read
+at each redraw, so a resized window is followed); one whole line every few seconds otherwise
+(a log file or a pipe keeps every figure)."""
 
 from __future__ import annotations
 
+import os
 import time
 from typing import Any
 
 from supervisor.job.progress_line import progress_line
+
+# Carriage return, then erase to the end of the line: a shorter line leaves nothing behind.
+REDRAW = "\r\x1b[K"
+
+
+def terminal_columns(stream: Any, default: int = 80) -> int:
+    try:
+        return os.get_terminal_size(stream.fileno()).columns or default
+    except (OSError, ValueError, AttributeError):
+        return default
 
 
 class ProgressPrinter:
@@ -15,21 +27,22 @@ class ProgressPrinter:
         self.tty = stream.isatty()
         self.interval_s = interval_s
         self._last = 0.0
-        self._width = 0
+        self._drawn = False
 
     def __call__(self, status: Any) -> None:
-        line = progress_line(status)
         if self.tty:
-            pad = max(0, self._width - len(line))
-            self.stream.write("\r" + line + " " * pad)
-            self._width = len(line)
+            # One column short of the edge: writing into the last column makes some
+            # terminals wrap at once, and the next redraw would then start a line too low.
+            line = progress_line(status, width=max(20, terminal_columns(self.stream) - 1))
+            self.stream.write(REDRAW + line)
+            self._drawn = True
             self.stream.flush()
         elif time.monotonic() - self._last >= self.interval_s or status.finished:
-            self.stream.write(line + "\n")
+            self.stream.write(progress_line(status) + "\n")
             self.stream.flush()
             self._last = time.monotonic()
 
     def end(self) -> None:
-        if self.tty and self._width:
+        if self.tty and self._drawn:
             self.stream.write("\n")
             self.stream.flush()

@@ -29,15 +29,15 @@ def run_with_tui(config_path: Path, socket: str, log_path: Path) -> int:
     previous = {sig: signal.signal(sig, handler) for sig, handler in (
         (signal.SIGINT, signal.SIG_IGN), (signal.SIGHUP, _exit), (signal.SIGTERM, _exit))}
     try:
-        tui = subprocess.run([sys.executable, "-m", "tui", "--socket", socket])
+        tui = subprocess.run([sys.executable, "-m", "tui", "--socket", socket, "--demo"])
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         code = _stop(daemon)
     if tui.returncode != 0:
         _say(f"demo: dflash-tui exited with status {tui.returncode}")
-    _say(f"demo: daemon stopped (exit {code}); state, shards and logs in {config_path.parent}; "
-         "run the same command again to resume")
+    _say(f"demo: daemon stopped (exit {code}); state, shards and logs in {config_path.parent}\n"
+         "      run the same command again to resume")
     return 0 if tui.returncode == 0 else 1
 
 

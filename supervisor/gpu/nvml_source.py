@@ -93,7 +93,8 @@ class NvmlSource(GpuSource):
             self._init_error = None
             return None
         if self._next_init_at == 0.0:
-            log.warning("GPU telemetry: %s; GPU data will be shown as unavailable", self._init_error)
+            # Once per daemon, and short: on a machine without GPUs (the demo) it is expected.
+            log.warning("GPU figures n/a: %s", self._init_error)
         self._next_init_at = now + self._retry_init_s
         return self._init_error
 

@@ -32,7 +32,9 @@ def flags_of(flags: Mapping[str, Any]) -> tuple[c.Flag, ...]:
 def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
             flags: FlagSource | None, energy: EnergySnapshot | None = None) -> c.ServerStatus:
     r = rates.get(s.name)
-    ready = s.state is c.ServerState.READY
+    # A draining server still answers what it holds: its uptime runs on until it stops.
+    serving = s.state in (c.ServerState.READY, c.ServerState.DRAINING)
+    ready_since = s.ready_since if s.ready_since is not None else s.state_since
     try:
         server_flags = flags_of(flags.flags(s.name)) if flags is not None else ()
     except KeyError:
@@ -40,7 +42,7 @@ def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
     return c.ServerStatus(
         name=s.name, gpus=tuple(s.gpus), port=s.port, state=c.ServerState(s.state),
         state_reason=s.state_reason, state_since=s.state_since, pid=s.pid,
-        uptime_s=max(0.0, now - s.state_since) if ready else None, in_flight=s.in_flight,
+        uptime_s=max(0.0, now - ready_since) if serving else None, in_flight=s.in_flight,
         max_running=s.max_running, req_per_s=r.req_per_s if r else 0.0,
         tok_per_s=r.tok_per_s if r else 0.0, restarts=s.restarts,
         failures_in_window=s.failures_in_window, last_exit_reason=s.last_exit_reason,

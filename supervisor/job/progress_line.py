@@ -1,5 +1,12 @@
 """The one-line progress summary (systemd's STATUS=, the demo's output): formatting kept
-apart from the status data it reads."""
+apart from the status data it reads.
+
+`progress_line(s)` is the whole line (~190 characters mid-job: systemd and log files keep
+it all); `progress_line(s, width=79)` fits a terminal: the details go first (energy, the
+truncation split, the ETA's range, averages), then figures are shortened, and the counts,
+req/s, bad share, ETA, servers and any alarm stay. Only a line that still does not fit
+(a long pause reason) is cut, with "…".
+"""
 
 from __future__ import annotations
 
@@ -7,52 +14,91 @@ from supervisor.client.text import duration, truncation
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
 
+# Which field gives up its next-longer form first, one step at a time, until the line fits:
+# what an operator can do without on a narrow terminal comes first.
+SHORTEN_ORDER = ("energy", "trunc", "eta", "avg", "trunc", "backlog", "tok", "servers",
+                 "eta", "done")
 
-def progress_line(s: JobStatus) -> str:
+
+def progress_line(s: JobStatus, width: int | None = None) -> str:
+    fields = _fields(s)
+    step = {name: 0 for name in fields}
+    line = _join(fields, step)
+    if width is None:
+        return line
+    for name in SHORTEN_ORDER:
+        if len(line) <= width:
+            return line
+        if name not in fields:
+            continue
+        step[name] = min(step[name] + 1, len(fields[name]) - 1)
+        line = _join(fields, step)
+    if len(line) <= width:
+        return line
+    return line[: max(0, width - 1)] + "…" if width > 0 else ""
+
+
+def _join(fields: dict[str, list[str]], step: dict[str, int]) -> str:
+    return "  ".join(text for name, forms in fields.items() if (text := forms[step[name]]))
+
+
+def _fields(s: JobStatus) -> dict[str, list[str]]:
+    """Each field's forms, longest first; an empty form drops the field."""
     r = s.dispatch.rates
     q = s.dispatch.quality
+    f: dict[str, list[str]] = {}
+    if s.stopping:
+        # First, so systemctl status shows it even when the line is cut.
+        head, _, rest = s.stopping.partition(": ")
+        f["stopping"] = [f"{head.upper()}: {rest}" if rest else head.upper()]
     pct = 100.0 * s.done / s.total if s.total else 0.0
+    f["done"] = [f"{s.done}/{s.total} ({pct:.0f}%)", f"{s.done}/{s.total}"]
+    f["req"] = [f"{r.req_per_s:.1f} req/s"]
+    f["tok"] = [f"{_si(r.tok_per_s)} tok/s", ""]
+    f["avg"] = [f"avg {r.avg_output_tokens:.0f} tok", ""]
+    short_trunc = f"trunc {100 * q.truncation_rate:.1f}%"
+    f["trunc"] = [truncation(q.truncation_rate, q.thinking_truncated_rate,
+                             q.answer_truncated_rate, q.long_rate, q.loop_rate),
+                  short_trunc + (f" (loop {100 * q.loop_rate:.1f}%)" if q.loop_rate else ""),
+                  short_trunc]
+    f["bad"] = [f"bad {100 * q.bad_rate:.1f}%"]
+    f["eta"] = _eta_forms(s)
     ready = sum(1 for srv in s.servers if srv.state is ServerState.READY)
-    eta = duration(s.eta_s)
-    e = s.length_eta
-    if s.remaining and e is not None and e.low_s is not None and e.high_s is not None:
-        eta += f" [{duration(e.low_s)}-{duration(e.high_s)}]"
-    eta += " (warming up)" if s.eta_warming_up else ""
-    trunc = truncation(q.truncation_rate, q.thinking_truncated_rate, q.answer_truncated_rate,
-                       q.long_rate, q.loop_rate)
-    parts = [
-        f"{s.done}/{s.total} ({pct:.0f}%)",
-        f"{r.req_per_s:.1f} req/s",
-        f"{_si(r.tok_per_s)} tok/s",
-        f"avg {r.avg_output_tokens:.0f} tok",
-        trunc,
-        f"bad {100 * q.bad_rate:.1f}%",
-        f"ETA {eta}",
-        f"servers {ready}/{len(s.servers)} ready",
-    ]
+    f["servers"] = [f"servers {ready}/{len(s.servers)} ready", f"{ready}/{len(s.servers)} ready"]
     if s.failed:
-        parts.append(f"failed {s.failed}")
+        f["failed"] = [f"failed {s.failed}"]
     if s.energy is not None and s.energy.available:
         energy = f"{s.energy.kwh:.2f} kWh"
         if s.energy.joules_per_token is not None:
             energy += f" ({s.energy.joules_per_token:.2f} J/tok)"
-        parts.append(energy)
+        f["energy"] = [energy, ""]
     u = s.uploads
     if u is not None:
         # A local output's "backlog" is only the shard being checked: not worth a column.
         if u.remote:
-            parts.append(f"S3 backlog {u.backlog_shards} ({u.backlog_bytes / 1e6:.0f} MB)")
+            f["backlog"] = [f"S3 backlog {u.backlog_shards} ({u.backlog_bytes / 1e6:.0f} MB)",
+                            f"S3 backlog {u.backlog_shards}"]
         if u.stopped:
-            parts.append(f"UPLOADS STOPPED: {u.stopped}")
+            f["uploads"] = [f"UPLOADS STOPPED: {u.stopped}"]
     if s.dispatch.paused:
-        parts.append("PAUSED: " + "; ".join(s.dispatch.paused.values()))
+        f["paused"] = ["PAUSED: " + "; ".join(s.dispatch.paused.values())]
     if s.servers and all(srv.state is ServerState.FAILED for srv in s.servers):
-        parts.append("EVERY SERVER FAILED: `dflash-supervisor ctl reset NAME` to start one again")
-    if s.stopping:
-        # First, so systemctl status shows it even when the line is cut.
-        head, _, rest = s.stopping.partition(": ")
-        parts.insert(0, f"{head.upper()}: {rest}" if rest else head.upper())
-    return "  ".join(parts)
+        f["all_failed"] = ["EVERY SERVER FAILED: `dflash-supervisor ctl reset NAME` to start "
+                           "one again"]
+    return f
+
+
+def _eta_forms(s: JobStatus) -> list[str]:
+    eta = duration(s.eta_s)
+    e = s.length_eta
+    full = eta
+    if s.remaining and e is not None and e.low_s is not None and e.high_s is not None:
+        full += f" [{duration(e.low_s)}-{duration(e.high_s)}]"
+    if s.eta_warming_up:
+        # "~": an estimate still settling; the words say so where there is room.
+        short = f"ETA ~{eta}" if s.eta_s is not None else f"ETA {eta}"
+        return [f"ETA {full} (warming up)", f"ETA {eta} (warming up)", short]
+    return [f"ETA {full}", f"ETA {eta}", f"ETA {eta}"]
 
 
 def _si(x: float) -> str:

@@ -91,6 +91,7 @@ class ManagedServer:
         self.policy = policy
         self.state = S.STOPPED
         self.state_since = ctx.clock()
+        self.ready_since: float | None = None
         self.state_reason = "not started"
         self.restarts = 0
         self.last_exit: ExitReason | None = None
@@ -154,7 +155,7 @@ class ManagedServer:
             argv=self._argv if self._proc is not None and self._argv else self.spec.argv,
             state_reason=self.state_reason,
             failures_in_window=self.policy.failures_in_window(self.ctx.monotonic()),
-            sglang=self.sglang.view,
+            sglang=self.sglang.view, ready_since=self.ready_since,
             **self._limit_fields(),
         )
 
@@ -463,6 +464,10 @@ class ManagedServer:
         old = self.state
         check_transition(old, new)
         self.state, self.state_since, self.state_reason = new, self.ctx.clock(), reason
+        if new is S.READY:
+            self.ready_since = self.state_since
+        elif new is not S.DRAINING:
+            self.ready_since = None
         failing = new in (S.BACKOFF, S.FAILED) or (new is S.STOPPING and actor == "supervisor"
                                                    and reason != "supervisor shutting down")
         log.log(logging.WARNING if failing else logging.INFO, "%s: %s -> %s: %s",

@@ -66,3 +66,6 @@ class ServerSnapshot:
     # The saturation guard's live limit (None: not serving) and why it is below max_running.
     inflight_limit: int | None = None
     inflight_limit_reason: str | None = None
+    # When it last became READY; kept while it drains (it still answers its requests), None
+    # once it stops. The TUI's and `status`'s "up".
+    ready_since: float | None = None

@@ -26,11 +26,13 @@ class Terminal:
         self.name = name
 
     def tmux(self, *args: str) -> str:
-        return subprocess.run(["tmux", *args], capture_output=True, text=True, timeout=10,
-                              check=True).stdout
+        # A tmux server of its own (-L): on a shared machine another user's `tmux -t NAME`
+        # matches sessions by prefix, and could resize this window or type into it.
+        return subprocess.run(["tmux", "-L", self.name, *args], capture_output=True, text=True,
+                              timeout=10, check=True).stdout
 
     def screen(self) -> str:
-        return self.tmux("capture-pane", "-p", "-t", self.name)
+        return self.tmux("capture-pane", "-p", "-t", self.name).rstrip("\n")
 
     def keys(self, *keys: str) -> None:
         for key in keys:
@@ -50,7 +52,7 @@ class Terminal:
 
 @pytest.fixture
 def term(tmp_path: Path) -> Iterator[Terminal]:
-    # The tmux server is the machine's: the pid keeps two test runs (or workers) apart.
+    # The pid keeps two test runs (or workers) apart; the name is also the tmux server's.
     name = f"dflash-e2e-{os.getpid()}-{tmp_path.name}"[:60]
     t = Terminal(name)
     cmd = (f"cd {tmp_path} && {sys.executable} -m supervisor demo --tui --dir {tmp_path / 'demo'}"
@@ -59,7 +61,7 @@ def term(tmp_path: Path) -> Iterator[Terminal]:
     try:
         yield t
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True, timeout=10)
+        subprocess.run(["tmux", "-L", name, "kill-server"], capture_output=True, timeout=10)
         # Nothing the demo started may outlive the test (its servers' command lines do not
         # name the directory: take the daemon's whole tree).
         for p in psutil.process_iter(["cmdline"]):
@@ -96,19 +98,34 @@ def test_demo_tui_in_a_terminal(term: Terminal) -> None:
     term.wait_for(lambda s: "PAUSED (operator): paused by operator" in s, "the pause banner")
     term.keys("p")
     term.wait_for(lambda s: "Resume dispatch?" in s, "the resume question")
-    term.keys("y")
-    term.wait_for(lambda s: "PAUSED" not in s.splitlines()[1], "the banner gone")
+    term.keys("Enter")          # Enter does what a confirm dialog offers
+    term.wait_for(lambda s: "p pause" in s.splitlines()[-1] and "PAUSED" not in s,
+                  "the banner gone and p offered to pause again")
 
     term.keys("?")
     term.wait_for(lambda s: "dflash-tui keys" in s, "the help screen")
     term.keys("Escape")
 
     term.tmux("resize-window", "-t", term.name, "-x", "80", "-y", "24")
-    small = term.wait_for(lambda s: len(s.splitlines()) <= 24 and "gpu2" in s,
+    # Until the TUI has redrawn for the new size (tmux shows the old frame cropped first).
+    small = term.wait_for(lambda s: len(s.splitlines()) <= 24 and "gpu2" in s
+                          and s.startswith(" dflash-supervisor") and "last exit" in s,
                           "the 80x24 layout")
     for region in ("dflash-supervisor", "ETA", "gpu0", "gpu1", "gpu2", "uploads", "q quit"):
         assert region in small, f"{region} missing at 80x24:\n{small}"
     assert all(len(line) <= 80 for line in small.splitlines())
+    # The server table keeps every row, its uptime whole and the exit reason's column.
+    header = next(line for line in small.splitlines() if line.startswith(" server  state"))
+    assert " up " in header and header.rstrip().endswith("last exit"), small
+    for row in (line for line in small.splitlines() if re.match(r" gpu\d ", line)):
+        assert re.search(r" \d+m\d\ds  | \d+s  ", row), row
+
+    term.keys("?")
+    # Its last line, whole (the actions' notices may cover it for their few seconds).
+    helped = term.wait_for(lambda s: "audit trail, with your user name." in s,
+                           "the help at 80x24, unwrapped")
+    assert "quit and end the demo" in helped and "keeps running" not in helped
+    term.keys("Escape")
 
     daemon = psutil.Process(pid)
     servers = daemon.children(recursive=True)

@@ -27,7 +27,7 @@ from tui.dialogs.max_tokens_dialog import MaxTokensChoice, MaxTokensDialog
 from tui.dialogs.pause_dialog import PauseDialog
 from tui.dialogs.retune_dialog import RetuneChoice, RetuneDialog
 from tui.link_state import LinkState
-from tui.screens.help_screen import HelpScreen
+from tui.screens.help_screen import QUIT_LEAVES_DAEMON, HelpScreen
 from tui.screens.server_log_screen import ServerLogScreen
 from tui.widgets.activity.event_list import EventList
 from tui.widgets.activity.upload_panel import UploadPanel
@@ -49,17 +49,17 @@ TINY_ROWS = 27      # 80x24: the charts lose another row
 class MainScreen(Screen[None]):
     BINDINGS = [
         Binding("m", "max_tokens", "max tok",
-                tooltip="set max tokens live, optionally requeueing truncated prompts"),
+                tooltip="set max tokens live; optionally requeue truncated prompts"),
         Binding("u", "requeue", "requeue",
                 tooltip="requeue prompts truncated under a lower limit (confirm)"),
         Binding("U", "requeue_with_loops", "requeue + loops", show=False,
                 tooltip="the same, answers caught looping included (confirm)"),
         Binding("p", "pause", "pause", tooltip="pause dispatch, with a reason"),
-        Binding("p", "resume", "resume", tooltip="resume dispatch (confirm)"),
+        Binding("p", "resume", "resume", tooltip="resume dispatch"),
         Binding("R", "restart_all", "restart all",
                 tooltip="rolling restart of every server (confirm)"),
         Binding("question_mark", "help", "help", key_display="?", tooltip="this screen"),
-        Binding("q", "app.quit", "quit", tooltip="quit; the daemon keeps running"),
+        Binding("q", "app.quit", "quit", tooltip=QUIT_LEAVES_DAEMON),
     ]
 
     status: reactive[Status | None] = reactive(None)
@@ -67,7 +67,8 @@ class MainScreen(Screen[None]):
     events: reactive[tuple[Event, ...]] = reactive(())
     alerts: reactive[tuple[Alert, ...]] = reactive(())
 
-    def __init__(self, daemon: DaemonClient, readonly: bool = False) -> None:
+    def __init__(self, daemon: DaemonClient, readonly: bool = False,
+                 quit_text: str = QUIT_LEAVES_DAEMON) -> None:
         super().__init__()
         self.daemon = daemon
         self.readonly = readonly
@@ -78,7 +79,7 @@ class MainScreen(Screen[None]):
         self.max_tokens_dialog = MaxTokensDialog()
         self.pause_dialog = PauseDialog()
         self.retune_dialog = RetuneDialog()
-        self.help_screen = HelpScreen(ServerTable.BINDINGS + self.BINDINGS, readonly)
+        self.help_screen = HelpScreen(ServerTable.BINDINGS + self.BINDINGS, readonly, quit_text)
 
     def _dialogs(self) -> tuple[Screen[object], ...]:
         return (self.confirm_dialog, self.max_tokens_dialog, self.pause_dialog,

@@ -13,6 +13,7 @@ from textual.widgets import DataTable
 from supervisor.contract.status import GpuStatus, ServerState, ServerStatus, Status
 from supervisor.client.text import duration, limit_text
 from tui.formatting import gib, one_line
+from tui.widgets.servers.column_fit import LAST, fit_columns
 
 STATE_STYLE = {
     ServerState.READY: "green",
@@ -134,7 +135,7 @@ class ServerTable(DataTable[Text | str]):
     BINDINGS = [
         Binding("r", "restart", "restart", tooltip="restart the selected server (confirm)"),
         Binding("f", "reset", "reset FAILED",
-                tooltip="start a FAILED server again, clearing its failures (confirm)"),
+                tooltip="start a FAILED server again, its failures cleared (confirm)"),
         Binding("t", "retune", "retune",
                 tooltip="change SGLang flags: the selected server or all, rolling"),
         # Enter does it too; the help screen lists it.
@@ -169,6 +170,7 @@ class ServerTable(DataTable[Text | str]):
         self.readonly = readonly
         self._reset_offered = False
         self._columns = COLUMNS
+        self._reason_width: int | None = None
         for key, heading in COLUMNS:
             self.add_column(heading, key=key)
 
@@ -181,22 +183,39 @@ class ServerTable(DataTable[Text | str]):
         return s.server(key) if key is not None else None
 
     def watch_status(self, status: Status | None) -> None:
+        self._show(status)
+
+    def on_resize(self) -> None:
+        # The columns follow the width: a narrower terminal drops some, a wider one gets
+        # them back.
+        self._show(self.status)
+
+    def _show(self, status: Status | None) -> None:
         servers = status.servers if status is not None else ()
         gpus = {g.index: g for g in status.gpus.gpus} if status is not None else {}
         names = [s.name for s in servers]
         current = [str(k.value) for k in self.rows]
-        columns = columns_for(servers)
-        if names != current or columns != self._columns:
+        rows = {s.name: row_cells(s, gpus) for s in servers}
+        width = self.scrollable_content_region.width if self.is_mounted else None
+        fit = fit_columns(columns_for(servers), list(rows.values()), width)
+        columns = fit.columns
+        if fit.reason_width is not None:
+            for cells in rows.values():
+                cells[LAST] = one_line(str(cells[LAST]), fit.reason_width)
+        # A column never narrows by itself: a new set of columns, or less room for the exit
+        # reason, rebuilds them.
+        new_columns = (columns, fit.reason_width) != (self._columns, self._reason_width)
+        if names != current or new_columns:
             # Servers come and go only at start or with a config change: rebuild, keeping
             # the cursor on the server it was on.
             selected = self.selected.name if self.selected else None
-            self.clear(columns=columns != self._columns)
-            if columns != self._columns:
-                self._columns = columns
+            self.clear(columns=new_columns)
+            if new_columns:
+                self._columns, self._reason_width = columns, fit.reason_width
                 for key, heading in columns:
                     self.add_column(heading, key=key)
             for s in servers:
-                cells = row_cells(s, gpus)
+                cells = rows[s.name]
                 self.add_row(*(cells[k] for k, _ in columns), key=s.name)
             if selected in names:
                 self.move_cursor(row=names.index(selected), animate=False)
@@ -204,7 +223,7 @@ class ServerTable(DataTable[Text | str]):
         else:
             shown = {key for key, _ in self._columns}
             for s in servers:
-                for key, value in row_cells(s, gpus).items():
+                for key, value in rows[s.name].items():
                     if key not in shown:
                         continue
                     if self.get_cell(s.name, key) != value:
