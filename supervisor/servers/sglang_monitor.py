@@ -101,7 +101,8 @@ class SglangMonitor:
             gen_throughput=m.gen_throughput, error=None,
             scraped_at=self._clock() if self._clock else None,
             overcommitted=self._detector.overcommitted,
-            overcommit_reason=self._detector.reason)
+            overcommit_reason=self._detector.reason,
+            retracting=self._detector.retracting)
         if change is not None:
             await self._say(change, in_flight)
         if self._on_poll is not None:

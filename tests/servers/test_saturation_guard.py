@@ -1,5 +1,10 @@
 """The saturation guard's policy (supervisor/servers/saturation_guard.py) on poll sequences:
-when it lowers a server's in-flight limit, by how much, and how carefully it raises it."""
+when it lowers a server's in-flight limit, by how much, and how carefully it raises it.
+
+The figures of the spiral below are SGLang 0.5.23's on a 4096-token KV pool (the CPU server,
+/work/shared/tools/sglang-cpu) at 12 allowed and 700 max tokens: it ran 7 and queued 5 with
+its pool 28-32% used -- its scheduler admits by reserved tokens, not used ones
+(sglang/srt/managers/schedule_policy.py PrefillAdder, rem_total_tokens)."""
 
 from __future__ import annotations
 
@@ -13,11 +18,16 @@ POLICY = GuardPolicy(floor=4, calm_s=10.0, settle_s=5.0, collapse_ratio=0.5, col
 
 
 def poll(at: float, *, over: bool = False, running: int | None = None,
-         tput: float | None = None, in_flight: int = 32, figures: bool = True) -> GuardPoll:
+         tput: float | None = None, in_flight: int = 32, figures: bool = True,
+         queued: int | None = None, usage: float | None = None,
+         retracting: bool = False) -> GuardPoll:
+    if over and queued is None and running is not None and not retracting:
+        queued = max(0, in_flight - running)       # what SGLang holds back of ours
     return GuardPoll(at=at, overcommitted=over,
-                     overcommit_reason="queue held over 3 polls" if over else None,
+                     overcommit_reason=("retracting 20 requests/min" if retracting else
+                                        "queue held over 3 polls") if over else None,
                      running=running, gen_throughput=tput, in_flight=in_flight,
-                     figures=figures)
+                     figures=figures, queued=queued, token_usage=usage, retracting=retracting)
 
 
 def run(guard: SaturationGuard, polls: list[GuardPoll]) -> list[LimitChange]:
@@ -40,11 +50,17 @@ def test_without_a_running_count_it_lowers_by_one_step():
     g = SaturationGuard(32, POLICY)
     [change] = run(g, [poll(0.0, over=True)])
     assert (change.old, change.new) == (32, 28) and "by a step of 4" in change.reason
+    assert not g.drained          # 32 still in flight above the new limit
 
 
 def test_never_more_than_half_at_once_nor_below_the_floor():
     g = SaturationGuard(32, POLICY)
-    changes = run(g, [poll(t, over=True, running=1) for t in range(0, 60, 6)])
+    # Each poll finds our in-flight count drained to the limit the last cut left.
+    polls, limit = [], 32
+    for t in range(0, 60, 6):
+        polls.append(poll(float(t), over=True, running=1, in_flight=limit))
+        limit = max(4, limit // 2)
+    changes = run(g, polls)
     assert [(c.old, c.new) for c in changes] == [(32, 16), (16, 8), (8, 4)]
     assert g.limit == 4
 
@@ -54,9 +70,16 @@ def test_a_floor_above_the_max_is_the_max():
     assert run(g, [poll(0.0, over=True, running=1)]) == [] and g.limit == 2
 
 
-def test_cuts_wait_for_the_last_one_to_settle():
+def test_cuts_wait_for_the_last_one_to_drain_then_settle():
     g = SaturationGuard(32, POLICY)
-    changes = run(g, [poll(t, over=True) for t in (0.0, 1.0, 2.0, 4.9, 5.0, 6.0)])
+    # Retracting (a full KV pool) all along. After the cut to 28, 32 are still in flight
+    # until 3 s: no second cut however long that takes; drained at 3 s, the next cut waits
+    # settle_s (5 s) from there, not from the cut.
+    polls = [poll(0.0, over=True, retracting=True)]
+    polls += [poll(t, over=True, retracting=True, in_flight=32) for t in (1.0, 2.0, 2.9)]
+    polls += [poll(t, over=True, retracting=True, in_flight=28) for t in (3.0, 5.0, 7.9)]
+    polls += [poll(8.0, over=True, retracting=True, in_flight=28)]
+    changes = run(g, polls)
     assert [(c.old, c.new) for c in changes] == [(32, 28), (28, 24)]
 
 
@@ -64,7 +87,7 @@ def test_raised_back_one_step_per_calm_interval_up_to_the_max():
     g = SaturationGuard(32, POLICY)
     run(g, [poll(0.0, over=True, running=20)])
     # Calm from 1 s: nothing before 10 s of calm, then one step per 10 s.
-    polls = [poll(float(t)) for t in range(1, 60)]
+    polls = [poll(float(t), in_flight=20) for t in range(1, 60)]
     changes = [(p.at, c) for p in polls if (c := g.observe(p)) is not None]
     assert [(at, c.old, c.new) for at, c in changes] == [(11.0, 20, 24), (21.0, 24, 28),
                                                          (31.0, 28, 32)]
@@ -77,8 +100,9 @@ def test_a_sign_during_the_calm_restarts_the_wait():
     run(g, [poll(0.0, over=True, running=20)])
     # At 3 s the server queues again: too soon after the cut for another (settle_s 5), but
     # the calm starts over at 4 s, so the first step up waits until 14 s (not 11 s).
-    polls = [poll(1.0), poll(2.0), poll(3.0, over=True)] + \
-        [poll(float(t)) for t in range(4, 15)]
+    polls = [poll(1.0, in_flight=20), poll(2.0, in_flight=20),
+             poll(3.0, over=True, in_flight=20)] + \
+        [poll(float(t), in_flight=20) for t in range(4, 15)]
     changes = [(p.at, c) for p in polls if (c := g.observe(p)) is not None]
     assert [(at, c.old, c.new) for at, c in changes] == [(14.0, 20, 24)]
 
@@ -96,7 +120,8 @@ def test_a_throughput_collapse_while_as_busy_lowers_the_limit():
     collapse = [poll(float(t), tput=1200.0, in_flight=32) for t in range(5, 8)]
     changes = run(g, steady + collapse)
     assert len(changes) == 1 and changes[0].new == 28
-    assert "collapsed to 1200 tok/s, 40% of its recent peak 3000" in changes[0].reason
+    assert ("collapsed to 1200 tok/s over 32 running requests, 37.5 tok/s each: 40% of its "
+            "recent peak 93.8 tok/s each (3000 tok/s over 32)") in changes[0].reason
 
 
 def test_a_job_winding_down_is_not_a_collapse():
@@ -158,11 +183,95 @@ def test_a_smaller_batch_is_not_read_as_a_lasting_collapse():
                                    for t in range(8, 30)])] == [32]
 
 
+def test_sglang_running_7_of_12_with_room_settles_at_7_then_8_never_spirals():
+    """The spiral seen on real SGLang: 12 allowed, 7 run, 5 queued, KV 30% used."""
+    g = SaturationGuard(12, POLICY)
+    moves: list[tuple[float, int, int]] = []
+
+    def feed(polls: list[GuardPoll]) -> None:
+        moves.extend((p.at, c.old, c.new) for p in polls if (c := g.observe(p)) is not None)
+
+    feed([poll(0.0, over=True, running=7, in_flight=12, usage=0.30, tput=131.0)])
+    assert moves == [(0.0, 12, 7)] and not g.drained
+    # The 12 sent before the cut drain slowly (long answers); the flag stays on meanwhile
+    # and SGLang still runs 7: no judging 7 before our count is down to it.
+    feed([poll(float(t), over=True, running=7, in_flight=12 - t // 4, usage=0.31, tput=45.0)
+          for t in range(1, 21)])
+    assert moves == [(0.0, 12, 7)] and g.drained
+    # Drained: 7 in flight, 7 running, nothing queued, the flag lingering a few polls
+    # (overcommit.py clear_polls), throughput lower than at 12 (43 tok/s, a third of the
+    # peak at 12): neither the flag nor the lower total is a reason to cut.
+    feed([poll(float(t), over=t < 24, running=7, in_flight=7, queued=0, usage=0.29,
+               tput=43.0) for t in range(21, 31)])
+    assert moves == [(0.0, 12, 7)] and g.limit == 7
+    # Calm: one step up (a step of 1 for 12), where SGLang runs 7 and queues 1 of ours, for
+    # minutes: settled at 8, no climb past what it admits, and no cut below what it runs.
+    for t in range(31, 400):
+        feed([poll(float(t), running=7, in_flight=g.limit, queued=g.limit - 7, usage=0.32,
+                   tput=43.0)])
+    assert moves == [(0.0, 12, 7), (34.0, 7, 8)] and g.limit == 8
+
+
+def test_never_below_what_sglang_runs_while_its_kv_pool_has_room():
+    g = SaturationGuard(32, POLICY)
+    run(g, [poll(0.0, over=True, running=20, usage=0.5)])
+    assert g.limit == 20
+    # Drained to 20, SGLang runs all 20 and queues nobody of ours, flag on: no cut, however
+    # long the flag stays on.
+    assert run(g, [poll(float(t), over=True, running=20, in_flight=20, queued=0, usage=0.5)
+                   for t in range(1, 60)]) == []
+    assert g.limit == 20
+
+
+def test_a_full_kv_pool_cuts_below_what_sglang_runs():
+    g = SaturationGuard(32, POLICY)
+    run(g, [poll(0.0, over=True, running=20, usage=0.95)])
+    # At 20 of 20, the gauge at 95%: the pool, not our count, is the limit: a step down.
+    changes = run(g, [poll(float(t), over=True, running=20, in_flight=20, queued=0,
+                           usage=0.95) for t in range(1, 8)])
+    assert [(c.old, c.new) for c in changes] == [(20, 16)]
+    assert "by a step of 4" in changes[0].reason
+
+
+def test_a_retraction_cuts_below_what_sglang_runs_whatever_the_usage_gauge():
+    # The gauge is read after the retraction freed the pool: a retraction is a full pool.
+    g = SaturationGuard(32, POLICY)
+    [change] = run(g, [poll(0.0, over=True, running=32, retracting=True, usage=0.4)])
+    assert (change.old, change.new) == (32, 28)
+
+
+def test_its_own_cut_is_not_read_as_a_collapse():
+    """The real run's second cut: 131 tok/s read while the 12 sent before the cut drained
+    (SGLang's gauge covers its last 40 decode steps, `decode_log_interval`: seconds stale
+    on a slow server), then 43 tok/s at 7. The old guard learnt its peak from the draining
+    polls and cut 7 -> 6 for a "collapse"."""
+    g = SaturationGuard(12, POLICY)
+    run(g, [poll(float(t), running=12, in_flight=12, tput=131.0) for t in range(5)])
+    run(g, [poll(5.0, over=True, running=7, in_flight=12, usage=0.3, tput=131.0)])
+    assert g.limit == 7
+    draining = [poll(float(t), running=7, in_flight=12 - (t - 5) // 2, usage=0.3, tput=131.0)
+                for t in range(6, 16)]
+    steady = [poll(float(t), running=7, in_flight=7, queued=0, usage=0.3, tput=43.0)
+              for t in range(16, 30)]
+    assert [(c.old, c.new) for c in run(g, draining + steady)] == [(7, 8)]   # calm: up
+
+
+def test_a_collapse_judged_while_draining_waits_for_the_drain():
+    g = SaturationGuard(32, POLICY)
+    # Cut for a queue to 16 while 32 are in flight: the speed while the 32 drain is not the
+    # speed at 16, so no peak is learnt from it and nothing is judged a collapse.
+    run(g, [poll(0.0, over=True, running=16, in_flight=32, usage=0.3)])
+    draining = [poll(float(t), running=16, in_flight=32 - t, tput=4000.0 - 200 * t)
+                for t in range(1, 16)]
+    assert run(g, draining) == [] and g.limit == 16
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"floor": 0}, "floor must be at least 1"),
     ({"calm_s": 0}, "calm_s must be above 0"),
     ({"collapse_ratio": 1.0}, "collapse_ratio must be within"),
     ({"collapse_polls": 0}, "collapse_polls must be at least 1"),
+    ({"kv_full": 0}, "kv_full must be within"),
 ])
 def test_bad_policy_values_are_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message):
