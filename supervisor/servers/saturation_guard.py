@@ -17,12 +17,13 @@ Signs of saturation:
   the running count itself is too many; the limit goes one step down (or to what still
   runs). The usage gauge is read after the retraction has freed the pool, so a retraction
   is taken as a full pool whatever the gauge says;
-- a collapse of the speed of each running request: SGLang's `gen_throughput` divided by what
-  it runs, under `collapse_ratio` of its recent peak at this limit for `collapse_polls` polls
-  in a row, while we keep the server as busy as at the peak (a quiet job winding down is not
-  a collapse). Per running request, because a lower limit lowers the total by itself: read
-  raw, the guard's own cut looks like a collapse and it cuts again. A throttled or failing
-  GPU slows every request, so this cut may go below the running count.
+- a collapse of the speed per request: SGLang's `gen_throughput` divided by the requests we
+  keep on it (at most the limit), under `collapse_ratio` of its recent peak at this limit
+  for `collapse_polls` polls in a row, while we keep the server as busy as at the peak (a
+  quiet job winding down is not a collapse). Per request, because a lower limit lowers the
+  total by itself: read raw, the guard's own cut looks like a collapse and it cuts again.
+  A throttled or failing GPU slows every request, so this cut may go below the running
+  count.
 
 Judging a limit: only once the requests in flight have drained to it. After a cut the
 server still runs what was sent before; its queue, its speed and its throughput say nothing
@@ -33,7 +34,7 @@ Lowering: never by more than half at once (one odd reading must not empty the se
 never below `floor`.
 
 A collapse that lasts after its cut is not calm: from that cut until the limit is back at the
-max, each poll's speed per running request is held against the peak's (a smaller batch
+max, each poll's speed per request is held against the peak's (a smaller batch
 decodes each request at least as fast, so this is fair to the cut). Under `collapse_ratio`
 of it, the limit is held where it is: no step up, and no deeper cut, since fewer requests did
 not bring the speed back (a throttled or failing GPU is not fixed by starving it).
@@ -56,7 +57,7 @@ class GuardPolicy:
     floor: int = 4                  # never below (nor above the server's own max)
     calm_s: float = 60.0            # sign-free time before each step up
     settle_s: float = 20.0          # time after a cut has drained before the next cut
-    collapse_ratio: float = 0.5     # speed per running request under this share of its peak
+    collapse_ratio: float = 0.5     # speed per request under this share of its peak (0: off)
     collapse_polls: int = 3
     peak_window_s: float = 300.0    # the "recent" in recent peak
     # Busy enough to judge throughput: in flight at least this share of the limit.
@@ -145,10 +146,10 @@ class SaturationGuard:
         # not yet; the max needs no draining).
         self._drained_at: float | None = float("-inf")
         self._calm_since: float | None = None
-        # (at, tok/s per running request, tok/s, running requests), at this limit, drained
+        # (at, tok/s per request, tok/s, requests), at this limit, once drained and settled
         self._peak: deque[tuple[float, float, float, int]] = deque()
         self._collapsed_polls = 0
-        # From a cut for a collapse until the limit is back at the max: the speed per running
+        # From a cut for a collapse until the limit is back at the max: the speed per
         # request at the peak the collapse was judged against. Per request, so a smaller
         # batch is judged fairly (each of its requests decodes at least as fast).
         self._collapse_ref: float | None = None
@@ -194,12 +195,13 @@ class SaturationGuard:
             return f"over-committed: {poll.overcommit_reason or 'SGLang queues or retracts'}"
         return collapse
 
-    @staticmethod
-    def _streams(poll: GuardPoll) -> int:
-        """How many requests the throughput is shared by: SGLang's running count, else ours."""
-        if poll.running is not None and poll.running > 0:
-            return min(poll.running, max(poll.in_flight, 1))
-        return poll.in_flight
+    def _streams(self, poll: GuardPoll) -> int:
+        """What the throughput is divided by: our requests on the server, at most the limit.
+        Not SGLang's running gauge: it is sampled at another instant than gen_throughput
+        (which covers its last decode_log_interval steps), and with short requests it reads
+        1 one poll and 8 the next, so per-running-request speed swings tenfold with no
+        change in the server."""
+        return max(0, min(poll.in_flight, self.limit))
 
     def _per_stream(self, poll: GuardPoll) -> float | None:
         streams = self._streams(poll)
@@ -236,7 +238,7 @@ class SaturationGuard:
         if self._collapsed_polls < p.collapse_polls:
             return None
         return (f"{_COLLAPSE} to {poll.gen_throughput:.0f} tok/s over "
-                f"{self._streams(poll)} running requests, {per:.1f} tok/s each: "
+                f"{self._streams(poll)} requests in flight, {per:.1f} tok/s each: "
                 f"{per / peak[1]:.0%} of its recent peak {peak[1]:.1f} tok/s each "
                 f"({peak[2]:.0f} tok/s over {peak[3]}), for {self._collapsed_polls} polls")
 
@@ -246,7 +248,7 @@ class SaturationGuard:
         return max(e[1] for e in self._peak)
 
     def _still_collapsed(self, poll: GuardPoll) -> bool:
-        """After a cut for a collapse: is each running request still decoding under
+        """After a cut for a collapse: is each request still decoding under
         collapse_ratio of its speed at the peak? Only a busy poll tells (an idle server is
         no evidence)."""
         ref, per = self._collapse_ref, self._per_stream(poll)

@@ -120,7 +120,7 @@ def test_a_throughput_collapse_while_as_busy_lowers_the_limit():
     collapse = [poll(float(t), tput=1200.0, in_flight=32) for t in range(5, 8)]
     changes = run(g, steady + collapse)
     assert len(changes) == 1 and changes[0].new == 28
-    assert ("collapsed to 1200 tok/s over 32 running requests, 37.5 tok/s each: 40% of its "
+    assert ("collapsed to 1200 tok/s over 32 requests in flight, 37.5 tok/s each: 40% of its "
             "recent peak 93.8 tok/s each (3000 tok/s over 32)") in changes[0].reason
 
 
@@ -254,6 +254,15 @@ def test_its_own_cut_is_not_read_as_a_collapse():
     steady = [poll(float(t), running=7, in_flight=7, queued=0, usage=0.3, tput=43.0)
               for t in range(16, 30)]
     assert [(c.old, c.new) for c in run(g, draining + steady)] == [(7, 8)]   # calm: up
+
+
+def test_a_jumpy_running_gauge_is_no_collapse():
+    """SGLang's running gauge is read at another instant than its throughput: with short
+    requests it says 1 one poll and 8 the next. Per request in flight, the speed is steady."""
+    g = SaturationGuard(8, POLICY)
+    polls = [poll(float(t), running=(1, 8, 2, 8)[t % 4], in_flight=8, tput=12000.0 + 500 * (t % 3))
+             for t in range(60)]
+    assert run(g, polls) == [] and g.limit == 8
 
 
 def test_a_collapse_judged_while_draining_waits_for_the_drain():

@@ -13,7 +13,7 @@ import pytest
 
 from supervisor.servers.overcommit import OvercommitPolicy
 from supervisor.servers.sglang_metrics import Scrape, SglangMetrics
-from supervisor.servers.sglang_monitor import EVENT_KIND, SglangMonitor
+from supervisor.servers.sglang_monitor import BLIND, EVENT_KIND, SglangMonitor
 from supervisor.servers.sglang_view import SglangView
 
 POLICY = OvercommitPolicy(queue_polls=2, retraction_polls=2, retractions_per_min=10.0,
@@ -149,7 +149,7 @@ async def test_real_server_with_metrics_queueing_past_its_slots_is_flagged(
 async def test_real_server_without_metrics_is_asked_once(
         sim_server: Callable[..., Any]) -> None:
     """No --enable-metrics: /metrics is 404 and the watcher stops after one try; nothing
-    is shown as polled."""
+    is shown as polled, and the view says what is blind without them."""
     sim = sim_server()
     mon = SglangMonitor("gpu0", POLICY)
     # The watcher returns by itself (bounded here in case it would not).
@@ -157,7 +157,8 @@ async def test_real_server_without_metrics_is_asked_once(
         with anyio.fail_after(10.0):
             await mon.watch(client, sim.base_url, ["python", "-m", "sglang.launch_server"],
                             0.05, lambda: 0)
-    assert mon.view == SglangView()
+    assert mon.view == SglangView(error=BLIND)
+    assert "over-commit, saturation and waiting detection are blind" in BLIND
 
 
 async def test_metrics_found_without_the_flag_are_polled(
