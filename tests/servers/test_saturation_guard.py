@@ -30,6 +30,17 @@ def poll(at: float, *, over: bool = False, running: int | None = None,
                      figures=figures, queued=queued, token_usage=usage, retracting=retracting)
 
 
+# A KV pool at 95%: SGLang queues for want of room, so a cut needs no held queue.
+FULL = 0.95
+
+
+def held_queue(t0: float, running: int, in_flight: int, usage: float = 0.3,
+               tput: float | None = None) -> list[GuardPoll]:
+    """SGLang queues what it does not run, the same queue for settle_s (5 s) and one poll."""
+    return [poll(t0 + t, over=True, running=running, in_flight=in_flight, usage=usage,
+                 tput=tput) for t in range(6)]
+
+
 def run(guard: SaturationGuard, polls: list[GuardPoll]) -> list[LimitChange]:
     return [c for p in polls if (c := guard.observe(p)) is not None]
 
@@ -38,9 +49,11 @@ def test_a_step_is_an_eighth_of_the_max_and_at_least_one():
     assert [step_of(n) for n in (1, 7, 8, 24, 64)] == [1, 1, 1, 3, 8]
 
 
-def test_over_commit_lowers_to_what_sglang_runs():
+def test_over_commit_lowers_to_what_sglang_runs_once_its_queue_has_held():
     g = SaturationGuard(32, POLICY)
-    [change] = run(g, [poll(0.0), poll(1.0, over=True, running=20)])
+    # Queued for under settle_s (5 s): no cut yet; at 5 s of the same queue, to 20.
+    assert run(g, [poll(0.0), *held_queue(1.0, 20, 32)[:5]]) == []
+    [change] = run(g, [poll(6.0, over=True, running=20, usage=0.3)])
     assert (change.old, change.new, change.lowered) == (32, 20, True)
     assert "queue held" in change.reason and "to the 20 SGLang runs" in change.reason
     assert g.limit == 20 and g.reason is not None
@@ -58,7 +71,7 @@ def test_never_more_than_half_at_once_nor_below_the_floor():
     # Each poll finds our in-flight count drained to the limit the last cut left.
     polls, limit = [], 32
     for t in range(0, 60, 6):
-        polls.append(poll(float(t), over=True, running=1, in_flight=limit))
+        polls.append(poll(float(t), over=True, running=1, in_flight=limit, usage=FULL))
         limit = max(4, limit // 2)
     changes = run(g, polls)
     assert [(c.old, c.new) for c in changes] == [(32, 16), (16, 8), (8, 4)]
@@ -67,7 +80,7 @@ def test_never_more_than_half_at_once_nor_below_the_floor():
 
 def test_a_floor_above_the_max_is_the_max():
     g = SaturationGuard(2, GuardPolicy(floor=4, calm_s=1.0, settle_s=1.0))
-    assert run(g, [poll(0.0, over=True, running=1)]) == [] and g.limit == 2
+    assert run(g, [poll(0.0, over=True, running=1, usage=FULL)]) == [] and g.limit == 2
 
 
 def test_cuts_wait_for_the_last_one_to_drain_then_settle():
@@ -85,7 +98,7 @@ def test_cuts_wait_for_the_last_one_to_drain_then_settle():
 
 def test_raised_back_one_step_per_calm_interval_up_to_the_max():
     g = SaturationGuard(32, POLICY)
-    run(g, [poll(0.0, over=True, running=20)])
+    run(g, [poll(0.0, over=True, running=20, usage=FULL)])
     # Calm from 1 s: nothing before 10 s of calm, then one step per 10 s.
     polls = [poll(float(t), in_flight=20) for t in range(1, 60)]
     changes = [(p.at, c) for p in polls if (c := g.observe(p)) is not None]
@@ -97,7 +110,7 @@ def test_raised_back_one_step_per_calm_interval_up_to_the_max():
 
 def test_a_sign_during_the_calm_restarts_the_wait():
     g = SaturationGuard(32, POLICY)
-    run(g, [poll(0.0, over=True, running=20)])
+    run(g, [poll(0.0, over=True, running=20, usage=FULL)])
     # At 3 s the server queues again: too soon after the cut for another (settle_s 5), but
     # the calm starts over at 4 s, so the first step up waits until 14 s (not 11 s).
     polls = [poll(1.0, in_flight=20), poll(2.0, in_flight=20),
@@ -109,7 +122,7 @@ def test_a_sign_during_the_calm_restarts_the_wait():
 
 def test_a_failed_scrape_is_no_evidence_either_way():
     g = SaturationGuard(32, POLICY)
-    run(g, [poll(0.0, over=True, running=20)])
+    run(g, [poll(0.0, over=True, running=20, usage=FULL)])
     assert run(g, [poll(float(t), figures=False, over=True) for t in range(1, 40)]) == []
     assert g.limit == 20
 
@@ -142,7 +155,7 @@ def test_two_slow_polls_are_not_a_collapse_and_an_old_peak_is_forgotten():
 
 def test_the_peak_is_relearnt_after_a_cut():
     g = SaturationGuard(32, POLICY)
-    run(g, [poll(0.0, tput=3000.0), poll(1.0, over=True, running=16)])
+    run(g, [poll(0.0, tput=3000.0), poll(1.0, over=True, running=16, usage=FULL)])
     # At 16 in flight the server makes 1400 tok/s: below half the old peak, and no collapse.
     assert run(g, [poll(float(t), tput=1400.0, in_flight=16) for t in range(2, 8)]) == []
 
@@ -170,7 +183,7 @@ def test_a_recovered_collapse_is_raised_back_to_the_max_then_forgotten():
     assert [c.new for c in ups] == [32] and g.reason is None
     # At the max the old reference is gone: after a later cut for another reason, a slower
     # pace per request (37.5 tok/s, under half the old peak's) is calm and climbs back.
-    assert [c.new for c in run(g, [poll(40.0, over=True, running=24)])] == [24]
+    assert [c.new for c in run(g, [poll(40.0, over=True, running=24, usage=FULL)])] == [24]
     ups = run(g, [poll(float(t), tput=24 * 37.5, in_flight=24) for t in range(41, 70)])
     assert [c.new for c in ups] == [28, 32]
 
@@ -191,7 +204,7 @@ def test_sglang_running_7_of_12_with_room_settles_at_7_then_8_never_spirals():
     def feed(polls: list[GuardPoll]) -> None:
         moves.extend((p.at, c.old, c.new) for p in polls if (c := g.observe(p)) is not None)
 
-    feed([poll(0.0, over=True, running=7, in_flight=12, usage=0.30, tput=131.0)])
+    feed(held_queue(-5.0, 7, 12, tput=131.0))
     assert moves == [(0.0, 12, 7)] and not g.drained
     # The 12 sent before the cut drain slowly (long answers); the flag stays on meanwhile
     # and SGLang still runs 7: no judging 7 before our count is down to it.
@@ -212,9 +225,21 @@ def test_sglang_running_7_of_12_with_room_settles_at_7_then_8_never_spirals():
     assert moves == [(0.0, 12, 7), (34.0, 7, 8)] and g.limit == 8
 
 
+def test_a_shrinking_queue_is_sglang_still_admitting_not_a_cut():
+    """The real CPU server's start (SGLang 0.5.23, 12 sent at once): it prefills a few at a
+    time, running 1, 4, 5, 6, 7 while its queue goes 7, 6, 4, 3, 1 over 16 s, KV under 25%.
+    The old guard cut 12 -> 6 there on the first three polls of 6 waiting."""
+    g = SaturationGuard(12, POLICY)
+    ramp = [(1, 7), (4, 6), (4, 6), (4, 6), (5, 5), (5, 4), (6, 4), (6, 4), (5, 3), (5, 3),
+            (5, 2), (7, 1), (7, 1), (7, 1)]
+    polls = [poll(float(t), over=q >= 2, running=r, queued=q, in_flight=12, usage=0.2)
+             for t, (r, q) in enumerate(ramp)]
+    assert run(g, polls) == [] and g.limit == 12
+
+
 def test_never_below_what_sglang_runs_while_its_kv_pool_has_room():
     g = SaturationGuard(32, POLICY)
-    run(g, [poll(0.0, over=True, running=20, usage=0.5)])
+    run(g, held_queue(-5.0, 20, 32, usage=0.5))
     assert g.limit == 20
     # Drained to 20, SGLang runs all 20 and queues nobody of ours, flag on: no cut, however
     # long the flag stays on.
@@ -247,7 +272,7 @@ def test_its_own_cut_is_not_read_as_a_collapse():
     polls and cut 7 -> 6 for a "collapse"."""
     g = SaturationGuard(12, POLICY)
     run(g, [poll(float(t), running=12, in_flight=12, tput=131.0) for t in range(5)])
-    run(g, [poll(5.0, over=True, running=7, in_flight=12, usage=0.3, tput=131.0)])
+    run(g, held_queue(0.0, 7, 12, tput=131.0))
     assert g.limit == 7
     draining = [poll(float(t), running=7, in_flight=12 - (t - 5) // 2, usage=0.3, tput=131.0)
                 for t in range(6, 16)]
@@ -269,7 +294,8 @@ def test_a_collapse_judged_while_draining_waits_for_the_drain():
     g = SaturationGuard(32, POLICY)
     # Cut for a queue to 16 while 32 are in flight: the speed while the 32 drain is not the
     # speed at 16, so no peak is learnt from it and nothing is judged a collapse.
-    run(g, [poll(0.0, over=True, running=16, in_flight=32, usage=0.3)])
+    run(g, held_queue(-5.0, 16, 32))
+    assert g.limit == 16
     draining = [poll(float(t), running=16, in_flight=32 - t, tput=4000.0 - 200 * t)
                 for t in range(1, 16)]
     assert run(g, draining) == [] and g.limit == 16
