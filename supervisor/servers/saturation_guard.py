@@ -43,9 +43,10 @@ not bring the speed back (a throttled or failing GPU is not fixed by starving it
 
 Raising: once drained, after `calm_s` with no sign at all (and at least `calm_s` since the
 last change), one step up, to at most the limit the server was started with (configured or
-read from SGLang's /server_info), and only at a poll where SGLang queues none of ours (a
-limit one above what it admits is where it settles, not a reason to go higher); then
-another calm interval before the next step.
+read from SGLang's /server_info), and only when SGLang has queued none of ours for `calm_s`
+(a limit one above what it admits, one request waiting for a free slot now and then, is
+where it settles, not a reason to go higher); then another calm interval before the next
+step.
 """
 
 from __future__ import annotations
@@ -153,6 +154,7 @@ class SaturationGuard:
         # without shrinking (a shrinking queue is SGLang still admitting, e.g. prefilling a
         # burst at start on a slow server, not one whose pool is full).
         self._queue_run: tuple[float, int] | None = None
+        self._queued_at: float | None = None     # the last poll SGLang queued some of ours
         # (at, tok/s per request, tok/s, requests), at this limit, once drained and settled
         self._peak: deque[tuple[float, float, float, int]] = deque()
         self._collapsed_polls = 0
@@ -179,7 +181,9 @@ class SaturationGuard:
             self._drained_at = poll.at
         if not _queues_ours(poll):
             self._queue_run = None
-        elif self._queue_run is None:
+        else:
+            self._queued_at = poll.at
+        if self._queue_run is None and _queues_ours(poll):
             assert poll.queued is not None
             self._queue_run = (poll.at, poll.queued)
         sign = self._sign(poll)
@@ -329,7 +333,7 @@ class SaturationGuard:
             return None
         if self._last_change is not None and now - self._last_change < calm:
             return None
-        if _queues_ours(poll):
+        if self._queued_at is not None and now - self._queued_at < calm:
             return None          # SGLang admits no more than this now: settled here
         new = min(self.max_limit, self.limit + self.step)
         change = LimitChange(self.limit, new,
