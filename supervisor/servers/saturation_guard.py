@@ -183,7 +183,9 @@ class SaturationGuard:
             self._queue_run = None
         else:
             self._queued_at = poll.at
-        if self._queue_run is None and _queues_ours(poll):
+        if self._queue_run is None and _queues_ours(poll) and self.drained:
+            # Counted from the drain: the queue of the requests sent before the last cut
+            # shrinks as they drain, and says nothing about this limit.
             assert poll.queued is not None
             self._queue_run = (poll.at, poll.queued)
         sign = self._sign(poll)
@@ -295,8 +297,8 @@ class SaturationGuard:
             if running is not None and running < self.limit:
                 target = min(target, running)
                 how = f"to the {running} SGLang runs"
-        elif _queues_ours(poll):
-            assert self._queue_run is not None and poll.queued is not None
+        elif _queues_ours(poll) and self._queue_run is not None:
+            assert poll.queued is not None
             since, first = self._queue_run
             if poll.at - since < self.policy.settle_s or poll.queued < first:
                 return None      # not held long enough yet, or SGLang is still admitting

@@ -237,6 +237,23 @@ def test_a_shrinking_queue_is_sglang_still_admitting_not_a_cut():
     assert run(g, polls) == [] and g.limit == 12
 
 
+def test_a_second_cut_counts_the_queue_from_the_drain():
+    """After a cut to 20 the 32 sent before drain slowly, SGLang's queue shrinking with
+    them; drained, it still runs 16 and queues 4 of our 20: held settle_s from the drain,
+    that queue is cut for, however large the queue was while draining."""
+    g = SaturationGuard(32, POLICY)
+    run(g, held_queue(-5.0, 20, 32))
+    assert g.limit == 20
+    draining = [poll(float(t), over=True, running=20, in_flight=32 - t, usage=0.3)
+                for t in range(1, 13)]
+    assert run(g, draining) == [] and g.drained
+    held = [poll(float(t), over=True, running=16, in_flight=20, usage=0.3)
+            for t in range(13, 25)]
+    changes = run(g, held)
+    assert [(c.old, c.new) for c in changes] == [(20, 16)], changes
+    assert "to the 16 SGLang runs" in changes[0].reason
+
+
 def test_never_below_what_sglang_runs_while_its_kv_pool_has_room():
     g = SaturationGuard(32, POLICY)
     run(g, held_queue(-5.0, 20, 32, usage=0.5))
