@@ -7,9 +7,9 @@ poll, like the over-commit flag it reads; the dispatcher only honours the number
 and says what it decided, sglang_monitor.py).
 
 Signs of saturation:
-- SGLang queues part of what we send (overcommit.py), and its queue has held for `settle_s`
-  without shrinking (a shrinking queue is SGLang still admitting: at start, a slow server
-  prefills a burst of requests a few at a time): its scheduler admits requests by what
+- SGLang queues part of what we send (overcommit.py), and has admitted no more for
+  `settle_s` (a shrinking queue or a growing batch is SGLang still admitting: at start, a
+  slow server prefills a burst of requests a few at a time): its scheduler admits requests by what
   their KV reservations would need, not by what they use, so it can run 7 of 12 with the
   pool only a third full (SGLang 0.5.23 on a 4096-token pool at 700 max tokens). What it
   runs is what it can run: the limit goes to `num_running_reqs`, and never below it while
@@ -150,10 +150,11 @@ class SaturationGuard:
         self._drained_at: float | None = float("-inf")
         self._calm_since: float | None = None
         # The first poll of the current unbroken run of polls where SGLang queues some of
-        # ours, and its queue then: a queue is cut for only once it has held `settle_s`
-        # without shrinking (a shrinking queue is SGLang still admitting, e.g. prefilling a
-        # burst at start on a slow server, not one whose pool is full).
-        self._queue_run: tuple[float, int] | None = None
+        # ours without admitting more, and its queue and running count then: a queue is cut
+        # for only once it has held `settle_s` so (a shrinking queue or a growing batch is
+        # SGLang still admitting, e.g. prefilling a burst at start on a slow server, not
+        # one whose pool is full).
+        self._queue_run: tuple[float, int, int] | None = None    # (at, queued, running)
         self._queued_at: float | None = None     # the last poll SGLang queued some of ours
         # (at, tok/s per request, tok/s, requests), at this limit, once drained and settled
         self._peak: deque[tuple[float, float, float, int]] = deque()
@@ -183,11 +184,14 @@ class SaturationGuard:
             self._queue_run = None
         else:
             self._queued_at = poll.at
-        if self._queue_run is None and _queues_ours(poll) and self.drained:
-            # Counted from the drain: the queue of the requests sent before the last cut
-            # shrinks as they drain, and says nothing about this limit.
-            assert poll.queued is not None
-            self._queue_run = (poll.at, poll.queued)
+        if _queues_ours(poll) and self.drained:
+            assert poll.queued is not None and poll.running is not None
+            run = self._queue_run
+            # Counted from the drain (the queue of the requests sent before the last cut
+            # shrinks as they drain, and says nothing about this limit), and again from any
+            # poll where SGLang admitted more: it runs more, or its queue is shorter.
+            if run is None or poll.running > run[2] or poll.queued < run[1]:
+                self._queue_run = (poll.at, poll.queued, poll.running)
         sign = self._sign(poll)
         if sign is not None:
             self._calm_since = None
@@ -298,9 +302,7 @@ class SaturationGuard:
                 target = min(target, running)
                 how = f"to the {running} SGLang runs"
         elif _queues_ours(poll) and self._queue_run is not None:
-            assert poll.queued is not None
-            since, first = self._queue_run
-            if poll.at - since < self.policy.settle_s or poll.queued < first:
+            if poll.at - self._queue_run[0] < self.policy.settle_s:
                 return None      # not held long enough yet, or SGLang is still admitting
             # SGLang runs this many with room in its KV pool: exactly that, never below.
             target, how = running, f"to the {running} SGLang runs"

@@ -169,7 +169,7 @@ async def test_the_guard_settles_at_what_sglang_runs_on_a_loaded_server(
     cfg = replace(cfg, generation=replace(cfg.generation, max_tokens=700),
                   # stop_grace_s 0: at the end, requeue at once rather than wait minutes for
                   # 700-token answers on a CPU.
-                  dispatch=replace(cfg.dispatch, saturation_calm_s=9.0, saturation_floor=2,
+                  dispatch=replace(cfg.dispatch, saturation_calm_s=30.0, saturation_floor=2,
                                    stop_grace_s=0.0))
     samples: list[tuple[float, int, int | None, int | None, float | None, int]] = []
 

@@ -237,6 +237,26 @@ def test_a_shrinking_queue_is_sglang_still_admitting_not_a_cut():
     assert run(g, polls) == [] and g.limit == 12
 
 
+def test_a_slow_start_that_keeps_admitting_is_cut_only_once_it_stops():
+    """The CPU server on a loaded machine: prefilling a burst, it runs 1 with 7 waiting for
+    4 s, then 3, then 5 -- each step admitted more, so each restarts the wait; at 7
+    running and 5 waiting for settle_s it admits no more, and the cut is to those 7.
+    The old guard cut 12 -> 6 on the first held queue ("to the 1 SGLang runs", halved)."""
+    g = SaturationGuard(12, POLICY)
+    polls, t = [], 0.0
+    for running, queued in ((1, 7), (3, 6), (5, 5)):
+        for _ in range(4):
+            polls.append(poll(t, over=True, running=running, queued=queued, in_flight=12,
+                              usage=0.1))
+            t += 1.0
+    assert run(g, polls) == [] and g.limit == 12
+    held = [poll(t + k, over=True, running=7, queued=5, in_flight=12, usage=0.2)
+            for k in range(7)]
+    changes = run(g, held)
+    assert [(c.old, c.new) for c in changes] == [(12, 7)]
+    assert "to the 7 SGLang runs" in changes[0].reason
+
+
 def test_a_second_cut_counts_the_queue_from_the_drain():
     """After a cut to 20 the 32 sent before drain slowly, SGLang's queue shrinking with
     them; drained, it still runs 16 and queues 4 of our 20: held settle_s from the drain,
