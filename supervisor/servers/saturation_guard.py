@@ -32,6 +32,11 @@ server still runs what was sent before; its queue, its speed and its throughput 
 about the new limit until our in-flight count is at or under it, and then `settle_s` more
 for the figures to show it. Until then no further cut, and no peak is learnt.
 
+Following: while SGLang runs more of ours than the limit (what was sent before a cut,
+draining) with its KV pool under `kv_full`, the limit is raised to that count at once -- a
+queue read on a slow start can hide what SGLang admits a few seconds later (only after a
+cut for a queue: not after a collapse or a full pool).
+
 Lowering: never by more than half at once (one odd reading must not empty the server) and
 never below `floor`.
 
@@ -156,6 +161,9 @@ class SaturationGuard:
         # one whose pool is full).
         self._queue_run: tuple[float, int, int] | None = None    # (at, queued, running)
         self._queued_at: float | None = None     # the last poll SGLang queued some of ours
+        # The last cut went to what SGLang ran for a queue, its pool with room (not for a
+        # full pool nor a collapse): the only cut that `_follow` may take back.
+        self._queue_cut = False
         # (at, tok/s per request, tok/s, requests), at this limit, once drained and settled
         self._peak: deque[tuple[float, float, float, int]] = deque()
         self._collapsed_polls = 0
@@ -195,7 +203,12 @@ class SaturationGuard:
         sign = self._sign(poll)
         if sign is not None:
             self._calm_since = None
-            return self._lower(poll, sign)
+            cut = self._lower(poll, sign)
+            if cut is not None:
+                return cut
+        follow = self._follow(poll)
+        if follow is not None or sign is not None:
+            return follow
         if self._still_collapsed(poll):
             # The cut did not bring the speed back: not calm (no step up), and no deeper cut
             # either, since fewer requests did not help; held until it recovers.
@@ -316,6 +329,7 @@ class SaturationGuard:
         if new >= self.limit:
             return None
         change = LimitChange(self.limit, new, f"{sign}; lowered {how}")
+        self._queue_cut = not (collapse or pool_full or running is None)
         if collapse and self._collapse_ref is None:
             self._collapse_ref = self._peak_per_request()
         self.limit, self.reason = new, sign
@@ -325,6 +339,30 @@ class SaturationGuard:
         self._peak.clear()
         self._collapsed_polls = 0
         self._queue_run = None
+        return change
+
+    def _follow(self, poll: GuardPoll) -> LimitChange | None:
+        """SGLang runs more of ours than the limit (the requests sent before a cut, still
+        draining) with room in its KV pool: it can run that many, so the limit is raised
+        to it at once -- never below what SGLang runs while its pool has room. Only after a
+        cut for a queue: after a collapse fewer requests is the point, and after a full
+        pool what still runs is the excess."""
+        running = poll.running
+        if running is None or running <= self.limit or self.limit >= self.max_limit:
+            return None
+        if poll.token_usage is None or poll.token_usage >= self.policy.kv_full:
+            return None
+        if not self._queue_cut or poll.retracting:
+            return None
+        new = min(running, self.max_limit)
+        change = LimitChange(self.limit, new,
+                             f"SGLang runs {running} of ours with its KV pool "
+                             f"{poll.token_usage:.0%} full: raised to what it runs")
+        self.limit = new
+        self.reason = None if new >= self.max_limit else self.reason
+        self._last_change = poll.at
+        self._drained_at = poll.at if poll.in_flight <= new else None
+        self._peak.clear()
         return change
 
     def _raise(self, poll: GuardPoll) -> LimitChange | None:

@@ -218,3 +218,9 @@ async def test_the_guard_settles_at_what_sglang_runs_on_a_loaded_server(
     queue_cuts = [m for m in downs if "queue" in m["reason"]]
     # No spiral: one cut answers a queue; another only after the first has drained.
     assert len(queue_cuts) <= 2, moves_text
+    # Never below what SGLang ran while its pool had room, but for a poll's lag: a limit
+    # under the running count is taken back to it at the guard's next poll.
+    late = samples[len(samples) // 2:]
+    under = [(t, lim, r) for t, lim, r, _, u, _ in late
+             if r is not None and u is not None and u < 0.9 and lim < r]
+    assert len(under) <= 3, (under, report)

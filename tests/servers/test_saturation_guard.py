@@ -257,6 +257,24 @@ def test_a_slow_start_that_keeps_admitting_is_cut_only_once_it_stops():
     assert "to the 7 SGLang runs" in changes[0].reason
 
 
+def test_sglang_running_more_than_a_queue_cut_left_raises_it_to_that():
+    """The real CPU server on a loaded machine: a queue held at 6 running, cut to 6; while
+    the 12 sent before drain, SGLang admits a 7th with its pool half empty. The limit
+    follows it to 7 at once: never below what SGLang runs while its pool has room."""
+    g = SaturationGuard(12, POLICY)
+    run(g, held_queue(-5.0, 6, 12, usage=0.19))
+    assert g.limit == 6
+    changes = run(g, [poll(1.0, running=6, in_flight=11, usage=0.3),
+                      poll(2.0, running=7, in_flight=10, usage=0.49)])
+    assert [(c.old, c.new) for c in changes] == [(6, 7)]
+    assert "SGLang runs 7 of ours with its KV pool 49% full" in changes[0].reason
+    # After a cut for a full pool the excess still running is not followed.
+    full = SaturationGuard(12, POLICY)
+    run(full, [poll(0.0, over=True, running=12, retracting=True, usage=0.95)])
+    assert full.limit == 11
+    assert run(full, [poll(1.0, running=12, in_flight=12, usage=0.5)]) == []
+
+
 def test_a_second_cut_counts_the_queue_from_the_drain():
     """After a cut to 20 the 32 sent before drain slowly, SGLang's queue shrinking with
     them; drained, it still runs 16 and queues 4 of our 20: held settle_s from the drain,
