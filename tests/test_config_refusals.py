@@ -185,3 +185,29 @@ def test_the_port_warning_is_logged_at_load_and_printed_by_check(
     assert out.returncode == 0, out.stderr
     assert (f"WARNING: {path}: servers.base_port: the servers' ports 25000..25001 fall inside"
             in out.stderr)
+
+
+def test_the_health_probe_waits_longer_than_sglangs_own_20_s_by_default():
+    # SGLang 0.5.23's /health_generate waits up to 20 s for its scheduler to make progress
+    # before answering 503 (sglang/srt/entrypoints/http_server.py:218 HEALTH_CHECK_TIMEOUT,
+    # the loop at :779): a probe giving up sooner fails a loaded server SGLang calls healthy.
+    cfg = parse_config(BASE)
+    assert cfg.servers.health_timeout_s == 30.0 and load_warnings(cfg) == []
+    short = parse_config({**BASE, "servers": {**BASE["servers"], "health_timeout_s": 10}})
+    assert load_warnings(short) == [
+        "servers.health_timeout_s: 10 s is not above SGLang's own 20 s wait in "
+        "/health_generate; a loaded server that still makes progress can fail the probe "
+        "(default 30)"]
+    # The simulator answers at once: no warning for the demo's and the tests' short probes.
+    sim = parse_config({**BASE, "servers": {**BASE["servers"], "health_timeout_s": 2,
+                                            "command": ["python", "-m", "supervisor.sim"]}})
+    assert load_warnings(sim) == []
+
+
+def test_metrics_switched_off_are_warned_as_blind_detection():
+    off = parse_config({**BASE, "servers": {**BASE["servers"],
+                                            "flags": {**BASE["servers"].get("flags", {}),
+                                                      "enable-metrics": False}}})
+    assert load_warnings(off) == [
+        "servers.flags.enable-metrics = false: SGLang's /metrics are off, so over-commit, "
+        "saturation and waiting detection are blind"]

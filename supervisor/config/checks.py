@@ -10,6 +10,11 @@ from typing import Mapping
 
 from supervisor.config.sections import ConfigError, JobConfig, ServersSection
 
+# SGLang 0.5.23's /health_generate waits up to this long for its scheduler to make progress
+# before it answers 503 (`sglang/srt/entrypoints/http_server.py:218` HEALTH_CHECK_TIMEOUT,
+# SGLANG_HEALTH_CHECK_TIMEOUT; the wait loop polls each second, :779).
+SGLANG_HEALTH_WAIT_S = 20.0
+
 
 def validate(cfg: JobConfig) -> None:
     def positive(key: str, value: float) -> None:
@@ -236,6 +241,16 @@ def load_warnings(cfg: JobConfig) -> list[str]:
         out.append(f"servers.base_port: the servers' ports {first}..{last} fall inside "
                    f"{low}..{high}, where SGLang picks its NCCL ports; a server can find its "
                    f"port taken by another's NCCL store (use base_port >= {high + 1}, e.g. 30000)")
+    simulated = any("supervisor.sim" in part for part in s.command)
+    if not simulated and s.health_timeout_s <= SGLANG_HEALTH_WAIT_S + 1:
+        # A warning, not a refusal: a short probe works on an idle server. On a loaded one
+        # SGLang may take its whole 20 s to answer 200, and our probe gives up first.
+        out.append(f"servers.health_timeout_s: {s.health_timeout_s:g} s is not above "
+                   f"SGLang's own {SGLANG_HEALTH_WAIT_S:g} s wait in /health_generate; a "
+                   f"loaded server that still makes progress can fail the probe (default 30)")
+    if s.flags.get("enable-metrics", True) in (False, None):
+        out.append("servers.flags.enable-metrics = false: SGLang's /metrics are off, so "
+                   "over-commit, saturation and waiting detection are blind")
     return out
 
 

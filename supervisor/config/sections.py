@@ -70,7 +70,10 @@ class ServersSection:
     log_dir: str = "logs"
     startup_timeout_s: float = 1200.0
     health_interval_s: float = 5.0
-    health_timeout_s: float = 10.0
+    # Above SGLang's own 20 s: /health_generate waits that long for the scheduler to make
+    # progress before its 503 (`sglang/srt/entrypoints/http_server.py:218`), so a loaded
+    # server may answer 200 after 15 s; a shorter probe would count that as a failure.
+    health_timeout_s: float = 30.0
     health_failures: int = 3
     # Requests in flight but none completing for this long means the server is hung.
     hang_timeout_s: float = 600.0

@@ -15,6 +15,7 @@ from typing import Any
 
 from state.records import Completion
 from supervisor.config import GenerationSection
+from supervisor.dispatch.context_refusal import KIND as CONTEXT_REFUSAL
 from supervisor.dispatch.context_refusal import is_context_refusal
 
 
@@ -43,8 +44,11 @@ def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSect
         # a loop knows exactly how many tokens it had cost (`sglang/srt/entrypoints/openai/
         # utils.py` should_include_usage; serving_chat.py _generate_stream_content).
         body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    # Always said, off included: Qwen3's template thinks when nothing is said, and SGLang
+    # reads a missing enable_thinking as on for a thinking-by-default parser
+    # (`sglang/srt/entrypoints/openai/serving_chat.py` _get_reasoning_from_request).
+    body["chat_template_kwargs"] = {"enable_thinking": bool(gen.enable_thinking)}
     if gen.enable_thinking:
-        body["chat_template_kwargs"] = {"enable_thinking": True}
         body["separate_reasoning"] = True
     return body
 
@@ -65,7 +69,7 @@ class Retryable:
 class Permanent:
     """Never retry: SGLang refused the prompt itself for its length (context_refusal.py)."""
     error: str
-    kind: str = "HTTP 400"
+    kind: str = CONTEXT_REFUSAL
 
 
 # A generated answer is the store's own record (state/records.py), so a Done carries it as is.
@@ -108,7 +112,7 @@ def classify_response(status: int, text: str) -> Answer:
         # setting it rejects) is as likely to hit every prompt: an attempt is counted, and
         # the circuit breaker (error_breaker.py) pauses dispatch when the errors pile up.
         if status == 400 and is_context_refusal(message):
-            return Permanent(message, f"HTTP {status}")
+            return Permanent(message)
         return Retryable(message, f"HTTP {status}")
     try:
         data = json.loads(text)

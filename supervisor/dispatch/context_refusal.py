@@ -18,6 +18,19 @@ serving_chat.py `_handle_non_streaming_request`). The length refusals among them
   input or enable --allow-auto-truncate."
 - sglang/srt/managers/scheduler.py (multimodal inputs, the same path):
   "Multimodal prompt is too long after expanding multimodal tokens. ..."
+
+Streamed, the scheduler's refusal is no 400 at all: the answer is HTTP 200 and its only
+chunk is `data: {"error": {"object": "error", "message": "Input length (1412 tokens)
+exceeds the maximum allowed length (1018 tokens). ...", "type": "BAD_REQUEST", "param":
+null, "code": 400}}`, then `data: [DONE]` (serving_chat.py:2568-2578, an abort with a
+status code; seen on the real 0.5.23 CPU server with a prompt over its 1024-token KV pool).
+stream_answer.py judges that chunk as the 400 of its code, so both forms end here alike.
+
+Its kind is its own (`KIND`), not "HTTP 400": the circuit breaker's window and the status
+show a prompt refused for its length apart from the 400s that hit every prompt (a template
+or a LoRA name). It still counts in the breaker's window: when nearly every prompt is
+refused, the cause is the job's setting (max tokens past the context, a KV pool smaller
+than the prompts), and pausing before the whole job is failed is the breaker's purpose.
 """
 
 from __future__ import annotations
@@ -29,6 +42,9 @@ CONTEXT_REFUSALS = (
     "exceeds the maximum allowed length",
     "Multimodal prompt is too long",
 )
+
+
+KIND = "context-length refusal"
 
 
 def is_context_refusal(message: str) -> bool:

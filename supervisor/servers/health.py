@@ -6,6 +6,12 @@ the HTTP server starts only after the schedulers have loaded the model and repor
 (`sglang/srt/entrypoints/http_server.py` launch_server: `Engine._launch_subprocesses`, which
 waits for them, then the uvicorn server). So while STARTING a refused connection means "still
 loading", like a 503, until the startup timeout; only a READY server's refusal is a failure.
+
+A READY server's /health_generate is slow when it is loaded: SGLang 0.5.23 sends a one-token
+request and waits up to 20 s for its scheduler to make progress before it answers 503
+(`sglang/srt/entrypoints/http_server.py:218` HEALTH_CHECK_TIMEOUT, the loop at :779). So
+the probe's timeout (servers.health_timeout_s, 30 s by default) is above those 20 s: a
+shorter one fails a busy server that SGLang itself still calls healthy.
 """
 
 from __future__ import annotations

@@ -68,7 +68,8 @@ class InflightGuard:
         change = self._guard.observe(GuardPoll(
             at=at, overcommitted=view.overcommitted, overcommit_reason=view.overcommit_reason,
             running=view.running, gen_throughput=view.gen_throughput, in_flight=in_flight,
-            figures=view.error is None))
+            figures=view.error is None, queued=view.queued, token_usage=view.token_usage,
+            retracting=view.retracting))
         if change is not None:
             await self._apply(limit, change.new, change.reason, self._guard.reason)
 

@@ -322,9 +322,12 @@ class ManagedServer:
             await self._poke.wait()
 
     async def _serve(self, proc: ServerProcess, spec: ServerSpec) -> Request | Failure:
+        # The live max tokens (a `ctl max-tokens` changes it): SGLang's own estimate of its
+        # slots, without a max-running-requests flag, is bounded by its KV pool at that size.
         slots = await server_slots(self.name, self.ctx.client, spec.base_url, self.servers,
-                                   self.dispatch)
-        if slots.source == "server":
+                                   self.dispatch, getattr(self.ctx.dispatcher, "max_tokens",
+                                                          None))
+        if slots.source in ("server", "kv pool"):
             self._server_slots = slots.limit
         endpoint = Endpoint(self.name, spec.base_url, slots.limit)
         draining = anyio.Event()
@@ -344,7 +347,8 @@ class ManagedServer:
         self.endpoint = endpoint
         try:
             await self._transition(S.READY, "/health_generate answered 200", pid=proc.pid,
-                                   max_running=endpoint.max_running, slots_from=slots.source)
+                                   max_running=endpoint.max_running, slots_from=slots.source,
+                                   **({"slots_why": slots.why} if slots.why else {}))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(serve)
                 with decision.scope:

@@ -75,6 +75,11 @@ class OvercommitDetector:
         self._retractions: deque[tuple[float, float]] = deque(
             maxlen=self.policy.retraction_polls + 1)
         self._clean_polls = 0
+        # Which sign held at the last poll with figures: a retraction is SGLang saying its KV
+        # pool was full, a queue only that it admitted fewer than we sent (the saturation
+        # guard treats them differently, saturation_guard.py).
+        self.retracting = False
+        self.queueing = False
 
     def retraction_rate_per_min(self) -> float | None:
         """Retracted requests per minute over the window so far (None before two polls)."""
@@ -89,6 +94,9 @@ class OvercommitDetector:
         """Take one poll; the change of the flag if this poll changed it."""
         queue_sign = self._observe_queue(obs)
         retraction_sign = self._observe_retractions(obs)
+        if obs.queued is not None or obs.retractions_total is not None:
+            self.queueing = queue_sign is not None
+            self.retracting = retraction_sign is not None
         if queue_sign is None and retraction_sign is None:
             if obs.queued is None and obs.retractions_total is None:
                 return None          # no figures at all: no evidence either way

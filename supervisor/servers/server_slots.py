@@ -11,6 +11,18 @@ DP ranks (`num_dp_ranks` = dp_size × attn_dp_size, `sglang/srt/runtime_context.
 
 With the flag set, the flag is the limit -- unless the server reports fewer (SGLang caps it
 by its pools), in which case dispatching more would only queue inside SGLang.
+
+Without the flag SGLang 0.5.23 says `max_running_requests: null` and its per-rank figure is
+an estimate from the pool and the context length, clamped to at least 2048
+(`sglang/srt/mem_cache/kv_cache_configurator.py` resolve_max_num_reqs): 2048 on the CPU
+server's 4096-token pool. Sending that many floods SGLang's queue and our claims. So the
+figure is bounded by what the KV pool admits at the job's request size: SGLang reserves for
+each admitted request its max new tokens times its new-token ratio, 0.7 at first
+(`sglang/srt/environ.py:646` SGLANG_INIT_NEW_TOKEN_RATIO; schedule_policy.py PrefillAdder),
+so a rank's pool (`internal_states[i].memory_usage.token_capacity`, else
+`max_total_num_tokens`) holds pool // (0.7 x max tokens) of them. On the CPU server at 700
+max tokens that is 8, where SGLang ran 7. The saturation guard trims what is still too
+many; the READY transition and the log say which rule set the figure.
 """
 
 from __future__ import annotations
@@ -28,12 +40,18 @@ log = logging.getLogger("supervisor.servers")
 
 SERVER_INFO_PATH = "/server_info"
 PER_DP_KEY = "effective_max_running_requests_per_dp"
+# SGLang's first new-token ratio (sglang/srt/environ.py:646): the share of a request's max
+# new tokens its admission reserves in the KV pool.
+NEW_TOKEN_RATIO = 0.7
 
 
 @dataclass(frozen=True)
 class Slots:
     limit: int
-    source: str        # "dispatch" (config), "flag", "server" (/server_info), "default"
+    # "dispatch" (config), "flag", "server" (/server_info), "kv pool" (/server_info's
+    # estimate bounded by its KV pool at the job's max tokens), "default"
+    source: str
+    why: str = ""      # how the figure was found, where a rule of ours set it
 
 
 def _positive_int(value: Any) -> int | None:
@@ -62,9 +80,37 @@ def slots_from_server_info(info: Any) -> tuple[int | None, str]:
     return min(per_rank) * ranks, ""
 
 
-async def read_server_slots(client: httpx.AsyncClient, base_url: str,
-                            timeout_s: float) -> tuple[int | None, str]:
-    """Never raises for network trouble or an odd answer: (None, what went wrong)."""
+def _pool_tokens(info: dict[str, Any], state: Any) -> int | None:
+    usage = state.get("memory_usage") if isinstance(state, dict) else None
+    capacity = usage.get("token_capacity") if isinstance(usage, dict) else None
+    return _positive_int(capacity) or _positive_int(info.get("max_total_num_tokens"))
+
+
+def kv_bound(info: Any, max_tokens: int) -> tuple[int | None, str]:
+    """(what the KV pool admits at `max_tokens` a request, how) when SGLang runs without a
+    max-running-requests of its own (`max_running_requests` null), else (None, "")."""
+    if not isinstance(info, dict) or info.get("max_running_requests") is not None:
+        return None, ""
+    states = info.get("internal_states")
+    if not isinstance(states, list) or not states or max_tokens < 1:
+        return None, ""
+    per_request = max(1, round(NEW_TOKEN_RATIO * max_tokens))
+    pools = [_pool_tokens(info, s) for s in states]
+    if any(p is None for p in pools):
+        return None, ""
+    per_rank = [max(1, p // per_request) for p in pools if p is not None]
+    dp = _positive_int(info.get("dp_size")) or 1
+    ranks = dp * (_positive_int(info.get("attn_dp_size")) or 1)
+    total = sum(per_rank) if len(per_rank) >= ranks else min(per_rank) * ranks
+    pool = min(p for p in pools if p is not None)
+    return total, (f"its KV pool of {pool} tokens holds {max(1, pool // per_request)} "
+                   f"requests at {max_tokens} max tokens ({NEW_TOKEN_RATIO:g} of them "
+                   f"reserved each)" + (f", x {ranks} ranks" if ranks > 1 else ""))
+
+
+async def read_server_info(client: httpx.AsyncClient, base_url: str,
+                           timeout_s: float) -> tuple[Any, str]:
+    """(the parsed answer, "") or (None, what went wrong); never raises."""
     try:
         resp = await client.get(base_url + SERVER_INFO_PATH, timeout=timeout_s)
     except httpx.TimeoutException:
@@ -74,19 +120,32 @@ async def read_server_slots(client: httpx.AsyncClient, base_url: str,
     if resp.status_code != 200:
         return None, f"{SERVER_INFO_PATH} answered HTTP {resp.status_code}"
     try:
-        info = resp.json()
+        return resp.json(), ""
     except ValueError:
         return None, f"{SERVER_INFO_PATH} did not answer JSON"
+
+
+async def read_server_slots(client: httpx.AsyncClient, base_url: str,
+                            timeout_s: float) -> tuple[int | None, str]:
+    """Never raises for network trouble or an odd answer: (None, what went wrong)."""
+    info, why = await read_server_info(client, base_url, timeout_s)
+    if info is None:
+        return None, why
     return slots_from_server_info(info)
 
 
 async def server_slots(name: str, client: httpx.AsyncClient, base_url: str,
-                       servers: ServersSection, dispatch: DispatchSection) -> Slots:
-    """The dispatcher's in-flight limit for a server that just became READY."""
+                       servers: ServersSection, dispatch: DispatchSection,
+                       max_tokens: int | None = None) -> Slots:
+    """The dispatcher's in-flight limit for a server that just became READY (`max_tokens`:
+    the job's live max tokens, for the KV pool's bound on SGLang's own estimate)."""
     if dispatch.max_in_flight_per_server > 0:
         return Slots(dispatch.max_in_flight_per_server, "dispatch")
     flag = max_running(servers, dispatch)
-    reported, why = await read_server_slots(client, base_url, servers.health_timeout_s)
+    info, why = await read_server_info(client, base_url, servers.health_timeout_s)
+    reported = None
+    if info is not None:
+        reported, why = slots_from_server_info(info)
     if flag is not None:
         if reported is not None and reported < flag:
             log.warning("%s: SGLang runs at most %d requests at once (max-running-requests %d, "
@@ -98,6 +157,11 @@ async def server_slots(name: str, client: httpx.AsyncClient, base_url: str,
         log.warning("%s: no max-running-requests flag and %s; dispatching %d at once",
                     name, why, DEFAULT_MAX_RUNNING)
         return Slots(DEFAULT_MAX_RUNNING, "default")
+    bound, how = kv_bound(info, max_tokens) if max_tokens else (None, "")
+    if bound is not None and bound < reported:
+        log.warning("%s: SGLang's own estimate is %d requests at once (no max-running-requests)"
+                    " but %s: dispatching %d", name, reported, how, bound)
+        return Slots(bound, "kv pool", f"SGLang's own estimate is {reported}, but {how}")
     log.info("%s: SGLang runs %d requests at once (%s); dispatching as many", name, reported,
              SERVER_INFO_PATH)
     return Slots(reported, "server")

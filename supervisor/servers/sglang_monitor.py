@@ -3,8 +3,10 @@ and the over-commit flag (overcommit.py), said once in the log and the events ta
 turns on and once when it turns off.
 
 Polled only where there is something to read: when the server's command line has
-`--enable-metrics`, or else when a first scrape finds SGLang metrics anyway (a wrapper that
-enables them); a server without them is asked once per life, not every interval. Each poll
+`--enable-metrics` (the daemon adds it unless the job's flags switch it off), or else when a
+first scrape finds SGLang metrics anyway (a wrapper that enables them); a server without
+them is asked once per life, not every interval, and its status says the detection that
+reads them is blind. With the flag, a failed scrape is retried at every interval. Each poll
 starts when the previous one has finished and the interval has passed, so a slow server
 slows its polling down instead of piling up scrapes.
 """
@@ -32,6 +34,11 @@ METRICS_FLAG = "--enable-metrics"
 SCRAPE_TIMEOUT_S = 5.0
 
 EVENT_KIND = EventKind.SERVER_OVERCOMMIT
+
+# What the status says of a server run without SGLang's metrics (the job's flags set
+# enable-metrics = false; the daemon's own default is on, launch_command.py).
+BLIND = ("no SGLang /metrics (enable-metrics off): over-commit, saturation and waiting "
+         "detection are blind")
 
 
 def metrics_enabled(argv: Sequence[str]) -> bool:
@@ -69,7 +76,10 @@ class SglangMonitor:
                 result = await scrape(client, base_url, timeout_s)
                 if not enabled and not result.ok:
                     log.debug("%s: no SGLang metrics to read (%s)", self.name, result.error)
+                    self.view = SglangView(error=BLIND)
                     return
+                # With the flag, a failed scrape (a busy server, gauges not yet logged) is
+                # shown as n/a with its reason and tried again at the next interval.
                 enabled = True
                 await self.take(result, anyio.current_time(), in_flight())
         except Exception:
@@ -101,7 +111,8 @@ class SglangMonitor:
             gen_throughput=m.gen_throughput, error=None,
             scraped_at=self._clock() if self._clock else None,
             overcommitted=self._detector.overcommitted,
-            overcommit_reason=self._detector.reason)
+            overcommit_reason=self._detector.reason,
+            retracting=self._detector.retracting)
         if change is not None:
             await self._say(change, in_flight)
         if self._on_poll is not None:

@@ -22,3 +22,5 @@ class SglangView:
     scraped_at: float | None = None            # unix seconds of the last good scrape
     overcommitted: bool = False
     overcommit_reason: str | None = None
+    retracting: bool = False                   # the over-commit sign at the last poll was
+                                               # retractions (a full KV pool), not a queue

@@ -1,6 +1,6 @@
 """`dflash-supervisor status` prints each server's SGLang figures (its /metrics) under the
 server's line, and says OVER-COMMITTED with the reason; a server whose metrics are not read
-gets no such line."""
+gets only the reason, where there is one (metrics switched off: what is blind)."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_sglang_figures_and_overcommit_under_each_server() -> None:
 
 def test_no_line_without_sglang_metrics_and_na_for_missing_figures() -> None:
     s = status(servers=2)
-    bare = replace(s.servers[0], sglang_metrics=False)
+    bare = replace(s.servers[0], sglang_metrics=False, sglang_error=None)
     na = replace(s.servers[1], sglang_running=None, sglang_queued=None, token_usage=None,
                  gen_throughput=None, retractions_per_s=None, overcommitted=False,
                  sglang_error="/metrics: no answer within 5 s")
@@ -37,3 +37,15 @@ def test_no_line_without_sglang_metrics_and_na_for_missing_figures() -> None:
     assert text.count("sglang   ") == 1
     assert ("sglang   n/a running, n/a queued, KV n/a, n/a tok/s "
             "(/metrics: no answer within 5 s)") in text
+
+
+def test_a_server_run_without_metrics_says_what_is_blind() -> None:
+    """The job's flags set enable-metrics = false: the monitor's note, under the server."""
+    from supervisor.servers.sglang_monitor import BLIND
+    s = status(servers=1)
+    blind = replace(s.servers[0], sglang_metrics=False, sglang_running=None,
+                    sglang_queued=None, token_usage=None, gen_throughput=None,
+                    retractions_per_s=None, overcommitted=False, sglang_error=BLIND)
+    text = report(replace(s, servers=(blind,)), SOCK)
+    assert ("sglang   no SGLang /metrics (enable-metrics off): over-commit, saturation and "
+            "waiting detection are blind") in text

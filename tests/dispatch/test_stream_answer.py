@@ -147,3 +147,36 @@ def test_request_ids_name_prompt_and_attempt_and_none_prefixes_another() -> None
     assert len(set(ids)) == len(ids)
     assert not any(a != b and b.startswith(a) for a in ids for b in ids)
     assert request_id(ClaimedPrompt("p7", [], 2)).startswith("p7#3#")
+
+
+# The whole body of SGLang 0.5.23's answer (HTTP 200) to a streamed request whose prompt is
+# longer than its scheduler admits, as the real CPU server sent it (1024-token KV pool,
+# 2048-token context): the scheduler's check (sglang/srt/managers/utils.py:283,
+# validate_input_length) aborts the request with HTTPStatus.BAD_REQUEST, and the stream
+# turns that into an error chunk (sglang/srt/entrypoints/openai/serving_chat.py:2568-2578,
+# create_streaming_error_response with code.name / code.value): no role chunk, no usage.
+STREAMED_REFUSAL = (
+    'data: {"error": {"object": "error", "message": "Input length (1412 tokens) exceeds the '
+    'maximum allowed length (1018 tokens). Use a shorter input or enable '
+    '--allow-auto-truncate.", "type": "BAD_REQUEST", "param": null, "code": 400}}\n'
+    '\n'
+    'data: [DONE]\n'
+    '\n')
+
+
+def test_the_schedulers_streamed_length_refusal_fails_the_prompt_for_good() -> None:
+    stream = StreamAnswer()
+    for line in STREAMED_REFUSAL.splitlines():
+        assert stream.feed(line.encode()) is None          # no token arrived
+    got = stream.answer()
+    assert stream.ended and stream.tokens == 0
+    # Permanent, like the unstreamed 400 with the same message, and of its own kind in the
+    # breaker's window (not "HTTP 400", the kind of the errors that hit every prompt).
+    assert isinstance(got, Permanent) and got.kind == "context-length refusal"
+    assert got.error == ("HTTP 400: Input length (1412 tokens) exceeds the maximum allowed "
+                         "length (1018 tokens). Use a shorter input or enable "
+                         "--allow-auto-truncate.")
+    unstreamed = classify_response(400, json.dumps(
+        {"object": "error", "message": got.error.removeprefix("HTTP 400: "),
+         "type": "BadRequestError", "param": None, "code": 400}))
+    assert got == unstreamed

@@ -30,9 +30,16 @@ class Harness:
         self.guard = InflightGuard("gpu0", lambda: self.dispatch, lambda: self.limit, emit)
 
 
+async def _over(h: Harness, view: SglangView = OVER, at: float = 0.0,
+                in_flight: int = 32) -> None:
+    """SGLang's queue held for the guard's settle time (a third of calm_s, at least 1 s)."""
+    await h.guard.on_poll(view, at - 1.0, in_flight)
+    await h.guard.on_poll(view, at, in_flight)
+
+
 async def test_a_cut_and_the_climb_back_are_applied_and_said_once_each():
     h = Harness()
-    await h.guard.on_poll(OVER, 0.0, 32)
+    await _over(h)
     assert h.limit is not None and h.limit.limit == 20
     assert h.limit.reason == "over-committed: queue held over 3 polls (9 -> 9 waiting)"
     for t in range(1, 20):
@@ -46,17 +53,17 @@ async def test_a_cut_and_the_climb_back_are_applied_and_said_once_each():
 
 async def test_a_new_life_starts_a_new_guard_at_the_max():
     h = Harness()
-    await h.guard.on_poll(OVER, 0.0, 32)
+    await _over(h)
     h.limit = InFlightLimit(16)              # the server restarted: a new life's limit
     await h.guard.on_poll(CALM, 1.0, 16)
     assert h.limit.limit == 16 and len(h.events) == 1
-    await h.guard.on_poll(replace(OVER, running=10), 2.0, 16)
+    await _over(h, replace(OVER, running=10), 2.5, 16)
     assert h.limit.limit == 10 and h.events[-1][1]["max"] == 16
 
 
 async def test_switched_off_by_a_reload_the_limit_goes_back_to_the_max():
     h = Harness()
-    await h.guard.on_poll(OVER, 0.0, 32)
+    await _over(h)
     h.dispatch = replace(h.dispatch, saturation_guard=False)
     await h.guard.on_poll(OVER, 1.0, 20)
     assert h.limit is not None and h.limit.limit == 32
@@ -74,11 +81,13 @@ async def test_no_limit_no_action():
 
 async def test_a_reload_retunes_the_guard_in_place():
     h = Harness()
-    await h.guard.on_poll(OVER, 0.0, 32)                 # 32 -> 20
+    await _over(h)                                       # 32 -> 20
     h.dispatch = replace(h.dispatch, saturation_calm_s=30.0)
     for t in range(1, 20):                               # 19 s of calm: no longer enough
         await h.guard.on_poll(CALM, float(t), 20)
     assert h.limit is not None and h.limit.limit == 20 and len(h.events) == 1
     h.dispatch = replace(h.dispatch, saturation_floor=18)
-    await h.guard.on_poll(replace(OVER, running=2), 40.0, 20)
+    # (settle_s is now 10 s: the queue holds from 30 s)
+    await h.guard.on_poll(replace(OVER, running=2), 30.0, 20)
+    await _over(h, replace(OVER, running=2), 40.0, 20)
     assert h.limit.limit == 18                           # the new floor holds

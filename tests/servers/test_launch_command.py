@@ -3,7 +3,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from supervisor.config import DispatchSection, JobConfig, ServersSection
-from supervisor.servers.launch_command import build_env, build_specs, flag_args, max_running
+from supervisor.servers.launch_command import (build_env, build_specs, flag_args, max_running,
+                                               metrics_off)
 
 
 def _servers(**kw) -> ServersSection:
@@ -24,7 +25,8 @@ def test_one_server_per_gpu() -> None:
         ("gpu2", (2,), 31000, "2"), ("gpu5", (5,), 31001, "5")]
     assert list(specs[1].argv) == ["python", "-m", "sglang.launch_server", "--model-path",
                                    "/models/m", "--host", "127.0.0.1", "--port", "31001",
-                                   "--stream-interval", "16", "--max-running-requests", "48"]
+                                   "--stream-interval", "16", "--enable-metrics",
+                                   "--max-running-requests", "48"]
     assert specs[0].base_url == "http://127.0.0.1:31000"
 
 
@@ -32,7 +34,7 @@ def test_tensor_parallel_groups() -> None:
     specs = build_specs(_servers(count=4, tp_size=2))
     assert [(s.name, s.cuda_visible_devices, s.port) for s in specs] == [
         ("gpu0-1", "0,1", 31000), ("gpu2-3", "2,3", 31001)]
-    assert specs[0].argv[-4:-2] == ("--tp-size", "2")
+    assert specs[0].argv[-5:-3] == ("--tp-size", "2")
 
 
 def test_env_drops_notify_socket_and_sets_devices() -> None:
@@ -59,6 +61,17 @@ def test_a_chunk_per_16_tokens_unless_the_job_sets_the_stream_interval() -> None
     # SGLang streams a chunk per decode step by default; the daemon asks for 16 tokens a
     # chunk (launch_command.DEFAULT_STREAM_INTERVAL says why) unless the job says otherwise.
     [spec] = build_specs(_servers(count=1))
-    assert list(spec.argv[-2:]) == ["--stream-interval", "16"]
+    assert list(spec.argv[-3:-1]) == ["--stream-interval", "16"]
     [own] = build_specs(_servers(count=1, flags={"stream-interval": 1}))
     assert own.argv.count("--stream-interval") == 1 and own.argv[-2:] == ("--stream-interval", "1")
+
+
+def test_metrics_on_unless_the_job_switches_them_off() -> None:
+    # SGLang 0.5.23 serves /metrics only with --enable-metrics (server_args.py enable_metrics,
+    # default False): without them the over-commit flag and the saturation guard see nothing.
+    on = build_specs(_servers(count=1))[0].argv
+    assert on.count("--enable-metrics") == 1 and not metrics_off(_servers())
+    kept = build_specs(_servers(count=1, flags={"enable-metrics": True}))[0].argv
+    assert kept.count("--enable-metrics") == 1
+    off = _servers(count=1, flags={"enable-metrics": False})
+    assert "--enable-metrics" not in build_specs(off)[0].argv and metrics_off(off)

@@ -7,8 +7,11 @@ internal_state.py`). Real HTTP on loopback: the simulator, and a server that ans
 
 from __future__ import annotations
 
+import http.server
+import json
 import logging
 import subprocess
+import threading
 import sys
 from dataclasses import replace
 from typing import Any, Callable, Iterator
@@ -18,7 +21,7 @@ import httpx
 import pytest
 
 from supervisor.config import DispatchSection, ServersSection
-from supervisor.servers.server_slots import (Slots, read_server_slots, server_slots,
+from supervisor.servers.server_slots import (Slots, kv_bound, read_server_slots, server_slots,
                                              slots_from_server_info)
 from tests.fixtures import REPO
 from tests.fixtures.ports import free_port
@@ -124,3 +127,70 @@ async def test_the_simulated_sglang_reports_its_own_limit(
         assert await server_slots("gpu0", client, "http://127.0.0.1:9", flagged,
                                   DispatchSection(max_in_flight_per_server=3)) == \
             Slots(3, "dispatch")
+
+
+# SGLang 0.5.23's /server_info on the CPU server (/work/shared/tools/sglang-cpu: 4096-token
+# KV pool, no --max-running-requests), the keys read here: `dp_size` and `attn_dp_size`
+# come from ServerArgs.resolved_dict (sglang/srt/server_args.py:316; the fields at
+# sglang/srt/arg_groups/fields/parallel.py:73,81), `max_running_requests` is null without
+# the flag, and the scheduler's own estimate is 2048 -- the floor of
+# kv_cache_configurator.py resolve_max_num_reqs, whatever the pool holds.
+CPU_INFO = {"dp_size": 1, "attn_dp_size": 1, "max_running_requests": None,
+            "max_total_num_tokens": 4096, "internal_states": [
+                {**_state(2048), "memory_usage": {"token_capacity": 4096,
+                                                  "token_capacity_swa": None}}]}
+
+
+def test_without_the_flag_sglangs_estimate_is_bounded_by_its_kv_pool() -> None:
+    assert slots_from_server_info(CPU_INFO) == (2048, "")
+    # 700 max tokens, 0.7 of them reserved each (sglang/srt/environ.py:646): 490 a request,
+    # 8 in 4096 (SGLang ran 7 of 12 there, with the prompts' tokens on top).
+    bound, how = kv_bound(CPU_INFO, 700)
+    assert bound == 8
+    assert how == "its KV pool of 4096 tokens holds 8 requests at 700 max tokens (0.7 of " \
+                  "them reserved each)"
+    # Attention DP: each of the 4 ranks has its own pool; one leader answering for them.
+    four = {**CPU_INFO, "attn_dp_size": 4}
+    assert kv_bound(four, 700)[0] == 32
+    # With the flag, SGLang's figure is the flag (capped by its pools): no bound of ours.
+    assert kv_bound({**CPU_INFO, "max_running_requests": 12}, 700) == (None, "")
+    # No pool size to go by: no bound.
+    bare = {**CPU_INFO, "max_total_num_tokens": None, "internal_states": [_state(2048)]}
+    assert kv_bound(bare, 700) == (None, "")
+
+
+class _InfoHandler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:          # noqa: N802 (the http.server name)
+        body = json.dumps(CPU_INFO).encode()
+        self.send_response(200 if self.path == "/server_info" else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+async def test_a_server_without_the_flag_gets_the_kv_pools_bound_and_says_why(
+        caplog: pytest.LogCaptureFixture) -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _InfoHandler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    caplog.set_level(logging.INFO, logger="supervisor.servers")
+    try:
+        async with httpx.AsyncClient(trust_env=False) as client:
+            slots = await server_slots("gpu0", client, url, SERVERS, DispatchSection(), 700)
+            # Without the job's max tokens, SGLang's own figure as before.
+            plain = await server_slots("gpu0", client, url, SERVERS, DispatchSection())
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert slots == Slots(8, "kv pool", "SGLang's own estimate is 2048, but its KV pool of "
+                          "4096 tokens holds 8 requests at 700 max tokens (0.7 of them "
+                          "reserved each)")
+    assert plain == Slots(2048, "server")
+    assert ("gpu0: SGLang's own estimate is 2048 requests at once (no max-running-requests) "
+            "but its KV pool of 4096 tokens holds 8") in caplog.records[0].getMessage()

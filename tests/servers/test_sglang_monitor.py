@@ -4,7 +4,9 @@ interval, the over-commit flag said once on and once off, and the polling rule (
 
 from __future__ import annotations
 
+import http.server
 import logging
+import threading
 from typing import Any, Callable
 
 import anyio
@@ -13,7 +15,7 @@ import pytest
 
 from supervisor.servers.overcommit import OvercommitPolicy
 from supervisor.servers.sglang_metrics import Scrape, SglangMetrics
-from supervisor.servers.sglang_monitor import EVENT_KIND, SglangMonitor
+from supervisor.servers.sglang_monitor import BLIND, EVENT_KIND, SglangMonitor
 from supervisor.servers.sglang_view import SglangView
 
 POLICY = OvercommitPolicy(queue_polls=2, retraction_polls=2, retractions_per_min=10.0,
@@ -149,7 +151,7 @@ async def test_real_server_with_metrics_queueing_past_its_slots_is_flagged(
 async def test_real_server_without_metrics_is_asked_once(
         sim_server: Callable[..., Any]) -> None:
     """No --enable-metrics: /metrics is 404 and the watcher stops after one try; nothing
-    is shown as polled."""
+    is shown as polled, and the view says what is blind without them."""
     sim = sim_server()
     mon = SglangMonitor("gpu0", POLICY)
     # The watcher returns by itself (bounded here in case it would not).
@@ -157,7 +159,8 @@ async def test_real_server_without_metrics_is_asked_once(
         with anyio.fail_after(10.0):
             await mon.watch(client, sim.base_url, ["python", "-m", "sglang.launch_server"],
                             0.05, lambda: 0)
-    assert mon.view == SglangView()
+    assert mon.view == SglangView(error=BLIND)
+    assert "over-commit, saturation and waiting detection are blind" in BLIND
 
 
 async def test_metrics_found_without_the_flag_are_polled(
@@ -209,3 +212,51 @@ async def test_real_server_retracting_is_flagged(sim_server: Callable[..., Any])
     assert (v.overcommit_reason or "").startswith("retracting "), v.overcommit_reason
     assert "queue" not in (v.overcommit_reason or "")
     assert "KV cache pool is full. Retract requests." in sim.log_text()
+
+
+class _FlakyMetrics(http.server.BaseHTTPRequestHandler):
+    """Answers /metrics 503 the first 3 times (a busy server, or gauges not yet logged),
+    then SGLang's text: 3 running, 1 queued."""
+    calls = 0
+    BODY = ('# TYPE sglang:num_running_reqs gauge\n'
+            'sglang:num_running_reqs{engine_type="unified",model_name="m",tp_rank="0"} 3.0\n'
+            'sglang:num_queue_reqs{engine_type="unified",model_name="m",tp_rank="0"} 1.0\n')
+
+    def do_GET(self) -> None:          # noqa: N802 (the http.server name)
+        type(self).calls += 1
+        ok = type(self).calls > 3
+        body = (self.BODY if ok else "busy").encode()
+        self.send_response(200 if ok else 503)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+async def test_with_the_flag_a_failed_scrape_is_retried_not_given_up() -> None:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _FlakyMetrics)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    mon = SglangMonitor("gpu0", POLICY)
+    errors: list[str | None] = []
+    real_take = mon.take
+
+    async def recording_take(result: Scrape, now: float, in_flight: int) -> None:
+        errors.append(result.error)
+        await real_take(result, now, in_flight)
+
+    mon.take = recording_take  # type: ignore[method-assign]
+    try:
+        returned = await _watch_until(
+            mon, url, ["python", "-m", "sglang.launch_server", "--enable-metrics"],
+            lambda: 0, lambda: mon.view.running == 3, "figures after three failed scrapes")
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=5)
+    assert not returned
+    assert errors[:3] == ["/metrics: HTTP 503"] * 3 and errors[3] is None
+    assert mon.view.polled and (mon.view.running, mon.view.queued) == (3, 1)
