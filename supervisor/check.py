@@ -28,7 +28,7 @@ import sys
 from typing import Callable, Iterable, Sequence
 
 from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
-from supervisor.servers.flag_check import FlagVerdict, check_flags
+from supervisor.servers.flag_check import FlagVerdict, sglang_verdict
 from supervisor.servers.launch_command import build_specs, max_running, server_devices
 
 HelpProvider = Callable[[Sequence[str]], str]
@@ -132,7 +132,7 @@ def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None =
     if args.skip_flag_check:
         return 0
     if help_provider is None:
-        verdict = (flag_checker or (lambda c: check_flags(c.servers)))(cfg)
+        verdict = (flag_checker or (lambda c: sglang_verdict(c.servers)))(cfg)
         if verdict.accepted is not None:
             problems, ok = (([], verdict.detail) if verdict.accepted
                             else (_parser_problems(cfg, verdict), ""))

@@ -10,10 +10,6 @@ from typing import Any, Mapping
 from supervisor.config.sections import ConfigError, Partition
 
 
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", str(tp))
-
-
 def _coerce(key: str, value: Any, annotation: str) -> Any:
     """Check one value against its field's annotation (annotations are strings here)."""
     ann = annotation.replace(" ", "")
@@ -60,11 +56,11 @@ def _coerce(key: str, value: Any, annotation: str) -> Any:
             raise ConfigError(f"{key}: expected a non-empty list of strings, got {value!r}")
         return tuple(value)
     if ann == "Mapping[str,Any]":
-        return check_flags(key, value)
+        return coerce_flags(key, value)
     raise AssertionError(f"no coercion for {annotation}")
 
 
-def check_flags(key: str, value: Any) -> dict[str, Any]:
+def coerce_flags(key: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise ConfigError(f"{key}: expected a table of SGLang flags, got {value!r}")
     out: dict[str, Any] = {}

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from supervisor.config.checks import validate, load_warnings
-from supervisor.config.coerce import build_section, check_flags, owners_of
+from supervisor.config.coerce import build_section, coerce_flags, owners_of
 from supervisor.config.sections import SECTIONS, ConfigError, JobConfig, JobSection, Partition
 
 
@@ -102,7 +102,7 @@ def load_config(path: str | Path, workdir: str | Path | None = None) -> JobConfi
 def with_flags(cfg: JobConfig, flags: Mapping[str, Any]) -> JobConfig:
     """A copy with server flags merged in (retune); a value of None removes a flag."""
     merged = dict(cfg.servers.flags)
-    for key, value in check_flags("servers.flags", dict(flags)).items():
+    for key, value in coerce_flags("servers.flags", dict(flags)).items():
         if value is None:
             merged.pop(key, None)
         else:

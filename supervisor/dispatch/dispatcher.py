@@ -34,7 +34,7 @@ from supervisor.dispatch.dispatch_snapshot import (DispatchSnapshot, InFlightReq
 from supervisor.dispatch.error_breaker import ErrorBreaker
 from supervisor.dispatch.event_fold import EventFold
 from supervisor.dispatch.feeding import Feeding
-from supervisor.dispatch.inflight_limit import InFlightLimit
+from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.dispatch.pauses import Pauses
 from supervisor.dispatch.quality import QualityGate
 from supervisor.dispatch.recorder import Recorder

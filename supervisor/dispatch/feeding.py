@@ -24,7 +24,7 @@ from state.waste_table import Wasted
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.waste_causes import WasteCause
 from supervisor.dispatch.dispatch_figures import DispatchFigures
-from supervisor.dispatch.inflight_limit import InFlightLimit
+from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.dispatch.pauses import Pauses
 from supervisor.dispatch.recorder import Recorder
 from supervisor.dispatch.request_path import RequestPath

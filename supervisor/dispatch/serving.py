@@ -19,7 +19,7 @@ from typing import Any, Iterable
 import anyio
 
 from state.records import ClaimedPrompt
-from supervisor.dispatch.inflight_limit import InFlightLimit
+from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.dispatch.stream_deadlines import StreamDeadlines
 from supervisor.servers.endpoint import Endpoint
 

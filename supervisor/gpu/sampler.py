@@ -25,7 +25,6 @@ class GpuSampler:
         # One driver call at a time, on its own thread budget: a stuck driver call (it
         # happens on a GPU falling off the bus) must not eat the default thread pool.
         self._limiter = anyio.CapacityLimiter(1)
-        self._updated = anyio.Event()
 
     @property
     def latest(self) -> GpuTelemetry:
@@ -38,13 +37,7 @@ class GpuSampler:
             log.exception("GPU telemetry sample failed")
             snap = GpuTelemetry.unavailable(f"telemetry error: {exc!r}", self._clock())
         self._latest = snap
-        self._updated.set()
-        self._updated = anyio.Event()
         return snap
-
-    async def wait_updated(self) -> GpuTelemetry:
-        await self._updated.wait()
-        return self._latest
 
     async def run(self, samples: int | None = None) -> None:
         """Sample until cancelled (or `samples` times). The next sample is scheduled when the

@@ -29,7 +29,7 @@ LIVE = frozenset({
     # Read per request as it is sent (dispatcher._one).
     "dispatch.stream", "dispatch.stall_s", "dispatch.stall_hang_count",
     "dispatch.stall_hang_window_s",
-    # Read by each server's saturation guard at its next poll (servers/inflight_guard.py).
+    # Read by each server's saturation guard at its next poll (servers/saturation_watch.py).
     "dispatch.saturation_guard", "dispatch.saturation_floor", "dispatch.saturation_calm_s",
     "dispatch.saturation_collapse_ratio",
     "uploads.concurrency", "uploads.keep_local", "uploads.retry_initial_s",

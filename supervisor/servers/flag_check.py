@@ -117,7 +117,7 @@ def argparse_error(text: str) -> str | None:
     return None
 
 
-def check_flags(servers: ServersSection, env: Mapping[str, str] | None = None,
+def sglang_verdict(servers: ServersSection, env: Mapping[str, str] | None = None,
                 timeout_s: float = 300.0, runner: Runner = subprocess.run) -> FlagVerdict:
     """Blocking (SGLang imports torch: seconds to a minute); call it off the event loop."""
     found = sglang_launcher(servers.command)
@@ -168,7 +168,7 @@ def require_accepted_flags(servers: ServersSection, env: Mapping[str, str] | Non
                            timeout_s: float = START_CHECK_TIMEOUT_S) -> FlagVerdict:
     """At daemon start: raise ConfigError when SGLang's parser refuses the flags; log a line
     and go on when they cannot be checked here."""
-    verdict = check_flags(servers, env, timeout_s, runner)
+    verdict = sglang_verdict(servers, env, timeout_s, runner)
     if verdict.refused:
         raise ConfigError(refusal_message(verdict))
     if verdict.accepted:

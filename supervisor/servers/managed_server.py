@@ -31,7 +31,7 @@ from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
                                                  describe_returncode)
 from supervisor.servers.health import probe
-from supervisor.servers.inflight_guard import InflightGuard
+from supervisor.servers.saturation_watch import SaturationWatch
 from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env,
                                                max_running)
 from supervisor.servers.port_owner import (PortHolder, foreign_listener, port_holder,
@@ -107,10 +107,10 @@ class ManagedServer:
         # SGLang's own /metrics while READY (with --enable-metrics), and the over-commit flag.
         # ... and the saturation guard, which lowers and raises this server's live in-flight
         # limit from those figures.
-        self.guard = InflightGuard(name, lambda: self.dispatch, self._inflight_limit,
-                                   emit=self._add_event)
+        self.saturation = SaturationWatch(name, lambda: self.dispatch, self._inflight_limit,
+                                          emit=self._add_event)
         self.sglang = SglangMonitor(name, clock=ctx.clock, emit=self._add_event,
-                                    on_poll=self.guard.on_poll)
+                                    on_poll=self.saturation.on_poll)
 
     # -- what others see ----------------------------------------------------------------------
 

@@ -3,7 +3,7 @@ saturated and raised back one careful step at a time when it has calmed down.
 
 Why here, beside overcommit.py: it is a policy over one server's own SGLang figures, poll by
 poll, like the over-commit flag it reads; the dispatcher only honours the number it sets
-(dispatch/inflight_limit.py), and this module does no I/O at all (the monitor feeds it polls
+(servers/inflight_limit.py), and this module does no I/O at all (the monitor feeds it polls
 and says what it decided, sglang_monitor.py).
 
 Signs of saturation:

@@ -55,7 +55,7 @@ class SglangMonitor:
                  ) -> None:
         self.name = name
         # Each poll's view, its monotonic time and our in-flight count (the saturation
-        # guard, inflight_guard.py).
+        # guard, saturation_watch.py).
         self._on_poll = on_poll
         self.policy = policy or OvercommitPolicy()
         self.view = SglangView()

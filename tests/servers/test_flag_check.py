@@ -16,7 +16,7 @@ import pytest
 
 from supervisor import check
 from supervisor.config import ConfigError, ServersSection
-from supervisor.servers.flag_check import (FlagVerdict, argparse_error, check_flags,
+from supervisor.servers.flag_check import (FlagVerdict, argparse_error, sglang_verdict,
                                            require_accepted_flags, sglang_launcher)
 from tests.fixtures import REPO
 
@@ -39,7 +39,7 @@ def _servers(flags: dict, command: tuple[str, ...] = SGLANG) -> ServersSection:
 
 
 def test_flags_sglangs_parser_takes_are_accepted() -> None:
-    v = check_flags(_servers({"mem-fraction-static": 0.88, "cuda-graph-max-bs-decode": 64,
+    v = sglang_verdict(_servers({"mem-fraction-static": 0.88, "cuda-graph-max-bs-decode": 64,
                               "reasoning-parser": "qwen3", "enable-metrics": True,
                               "max-running": 48}), _env())
     # "--max-running" is an abbreviation argparse takes, as SGLang's own parser would.
@@ -58,20 +58,20 @@ def test_flags_sglangs_parser_takes_are_accepted() -> None:
      "invalid int value: 'long'"),
 ])
 def test_flags_it_refuses_come_back_with_argparses_line(flags: dict, error: str) -> None:
-    v = check_flags(_servers(flags), _env())
+    v = sglang_verdict(_servers(flags), _env())
     assert v.refused and v.detail == error
 
 
 def test_tp_size_and_leading_command_arguments_reach_the_parser() -> None:
     # servers.tp_size becomes --tp-size; arguments written into the command itself count too.
-    v = check_flags(replace(_servers({}, (*SGLANG, "--enable-metrics")), tp_size=2), _env())
+    v = sglang_verdict(replace(_servers({}, (*SGLANG, "--enable-metrics")), tp_size=2), _env())
     assert v.accepted is True, v.detail
-    v = check_flags(_servers({}, (*SGLANG, "--no-such-thing")), _env())
+    v = sglang_verdict(_servers({}, (*SGLANG, "--no-such-thing")), _env())
     assert v.refused and v.detail == "sglang serve: error: unrecognized arguments: --no-such-thing"
 
 
 def test_without_sglang_for_that_python_the_check_is_skipped() -> None:
-    v = check_flags(_servers({"cuda-graph-max-bs": 8}), _env(with_sglang=False))
+    v = sglang_verdict(_servers({"cuda-graph-max-bs": 8}), _env(with_sglang=False))
     assert v.accepted is None and v.detail == f"SGLang is not installed for {sys.executable}"
 
 
@@ -81,9 +81,9 @@ def test_a_command_not_shaped_like_sglangs_launcher_is_not_run() -> None:
 
     for command in ((sys.executable, "-m", "supervisor.sim"), ("/opt/wrap.sh",),
                     ("python", "-m", "sglang.bench_serving")):
-        v = check_flags(_servers({}, command), runner=runner)
+        v = sglang_verdict(_servers({}, command), runner=runner)
         assert v.accepted is None and "is not SGLang's launcher" in v.detail
-    v = check_flags(_servers({}, ("/no/such/python3", "-m", "sglang.launch_server")))
+    v = sglang_verdict(_servers({}, ("/no/such/python3", "-m", "sglang.launch_server")))
     assert v.accepted is None and v.detail == "'/no/such/python3' not found"
 
 
@@ -97,7 +97,7 @@ def test_sglang_serve_runs_under_its_scripts_interpreter(tmp_path: Path) -> None
     assert sglang_launcher((str(script), "serve")) == ("python3", [])
     script.write_text("#!/bin/sh\n")
     assert sglang_launcher((str(script), "serve")) is None
-    v = check_flags(_servers({"cuda-graph-max-bs": 8}, (str(tmp_path / "sglang"), "serve")))
+    v = sglang_verdict(_servers({"cuda-graph-max-bs": 8}, (str(tmp_path / "sglang"), "serve")))
     assert v.accepted is None
 
 
@@ -107,14 +107,14 @@ def test_a_parser_that_crashes_or_hangs_is_not_a_refusal(tmp_path: Path) -> None
     (broken / "sglang" / "__init__.py").write_text("")
     (broken / "sglang" / "srt" / "__init__.py").write_text("")
     (broken / "sglang" / "srt" / "server_args.py").write_text("import torch_is_missing_here\n")
-    v = check_flags(_servers({}), {**_env(), "PYTHONPATH": str(broken)})
+    v = sglang_verdict(_servers({}), {**_env(), "PYTHONPATH": str(broken)})
     assert v.accepted is None
     assert v.detail.startswith("SGLang's parser exited with 1: ModuleNotFoundError")
 
     def slow(*args: object, **kw: object) -> subprocess.CompletedProcess:
         raise subprocess.TimeoutExpired("python", 60)
 
-    assert check_flags(_servers({}), runner=slow).accepted is None
+    assert sglang_verdict(_servers({}), runner=slow).accepted is None
 
 
 def test_argparse_error_is_the_last_error_line() -> None:
@@ -145,7 +145,7 @@ def test_check_reports_sglangs_refusal_and_the_close_names(
                       f'model_path = "/models/m"\ncommand = ["{sys.executable}", "-m", '
                       f'"sglang.launch_server"]\nflags = {{ cuda-graph-max-bs = 8 }}\n')
     rc = check.main(["--config", str(config)],
-                    flag_checker=lambda cfg: check_flags(cfg.servers, _env()))
+                    flag_checker=lambda cfg: sglang_verdict(cfg.servers, _env()))
     err = capsys.readouterr().err
     assert rc == 1
     assert f"servers.flags: SGLang's parser refuses them: {AMBIGUOUS}" in err

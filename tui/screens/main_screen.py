@@ -126,9 +126,6 @@ class MainScreen(Screen[None]):
 
     # -- which keys are offered ---------------------------------------------------------------
 
-    def _operator_paused(self) -> bool:
-        return self.status is not None and self.status.paused_by("operator") is not None
-
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         if action in ("max_tokens", "requeue", "requeue_with_loops", "pause", "resume",
                       "restart_all"):

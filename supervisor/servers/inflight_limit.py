@@ -1,4 +1,6 @@
-"""One server's live in-flight limit, as the dispatcher's workers honour it.
+"""One server's live in-flight limit: the saturation watch (saturation_watch.py) moves it, the
+dispatcher's workers honour it (dispatch/feeding.py). Here, below both, so each imports it
+downward.
 
 A READY life starts with `max_running` workers and the limit at `max_running`; the
 saturation guard (servers/saturation_guard.py) may lower it and raise it back while the

@@ -1,4 +1,4 @@
-"""A server's live in-flight limit (supervisor/dispatch/inflight_limit.py): lowered while
+"""A server's live in-flight limit (supervisor/servers/inflight_limit.py): lowered while
 requests run, none of them is cancelled, and the workers beyond it wait for a slot."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import anyio
 import pytest
 
 from state.store import Store
-from supervisor.dispatch.inflight_limit import InFlightLimit
+from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.servers.endpoint import Endpoint
 from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_store, wait_until
 

@@ -1,7 +1,7 @@
-"""Running the saturation guard for one server: each SGLang /metrics poll (sglang_monitor.py)
-goes to the guard's policy (saturation_guard.py); what it decides is applied to the
-dispatcher's live limit for the server (dispatch/inflight_limit.py) and said once, in the
-log and as an `inflight_limit` event with the old and new limit and why.
+"""Watching one server for saturation: each SGLang /metrics poll (sglang_monitor.py) goes to
+the saturation guard's policy (saturation_guard.py); what it decides moves the server's live
+in-flight limit (inflight_limit.py, which the dispatcher's workers honour) and is said once,
+in the log and as an `inflight_limit` event with the old and new limit and why.
 
 The guard belongs to one READY life: a new life (a new limit object from the dispatcher)
 starts a new guard at the server's max, so a restart resets the limit.
@@ -10,26 +10,17 @@ starts a new guard at the server's max, so a restart resets the limit.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable, Protocol
+from typing import Any, Awaitable, Callable
 
 import anyio
 
 from supervisor.config import DispatchSection
 from supervisor.contract.event_kinds import EventKind
+from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.servers.saturation_guard import GuardPolicy, GuardPoll, SaturationGuard
 from supervisor.servers.sglang_view import SglangView
 
 log = logging.getLogger("supervisor.servers")
-
-
-class LiveLimit(Protocol):
-    """What the guard needs of the dispatcher's limit (dispatch/inflight_limit.py)."""
-    max: int
-
-    @property
-    def limit(self) -> int: ...
-
-    def set(self, value: int, reason: str | None = None) -> int: ...
 
 
 def policy_of(d: DispatchSection) -> GuardPolicy:
@@ -38,16 +29,16 @@ def policy_of(d: DispatchSection) -> GuardPolicy:
                        collapse_ratio=d.saturation_collapse_ratio)
 
 
-class InflightGuard:
+class SaturationWatch:
     def __init__(self, name: str, dispatch: Callable[[], DispatchSection],
-                 limit: Callable[[], LiveLimit | None],
+                 limit: Callable[[], InFlightLimit | None],
                  emit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None) -> None:
         self.name = name
         self._dispatch = dispatch          # read at each poll: a reload may switch it off
         self._limit = limit
         self._emit = emit
         self._guard: SaturationGuard | None = None
-        self._for: LiveLimit | None = None
+        self._for: InFlightLimit | None = None
 
     async def on_poll(self, view: SglangView, at: float, in_flight: int) -> None:
         """One poll's figures (`at` monotonic seconds)."""
@@ -73,7 +64,7 @@ class InflightGuard:
         if change is not None:
             await self._apply(limit, change.new, change.reason, self._guard.reason)
 
-    async def _apply(self, limit: LiveLimit, new: int, why: str,
+    async def _apply(self, limit: InFlightLimit, new: int, why: str,
                      cause: str | None = None) -> None:
         old = limit.limit
         now = limit.set(new, cause)

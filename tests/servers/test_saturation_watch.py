@@ -1,4 +1,4 @@
-"""Running the saturation guard (supervisor/servers/inflight_guard.py): its decisions move
+"""Watching a server for saturation (supervisor/servers/saturation_watch.py): its decisions move
 the dispatcher's live limit and are said once each; a new READY life starts at the max; a
 reload that switches the guard off gives the max back."""
 
@@ -9,8 +9,8 @@ from typing import Any
 
 from supervisor.config import DispatchSection
 from supervisor.contract.event_kinds import EventKind
-from supervisor.dispatch.inflight_limit import InFlightLimit
-from supervisor.servers.inflight_guard import InflightGuard
+from supervisor.servers.inflight_limit import InFlightLimit
+from supervisor.servers.saturation_watch import SaturationWatch
 from supervisor.servers.sglang_view import SglangView
 
 OVER = SglangView(polled=True, running=20, queued=9, overcommitted=True,
@@ -27,7 +27,7 @@ class Harness:
         async def emit(kind: str, detail: dict[str, Any]) -> None:
             self.events.append((kind, detail))
 
-        self.guard = InflightGuard("gpu0", lambda: self.dispatch, lambda: self.limit, emit)
+        self.guard = SaturationWatch("gpu0", lambda: self.dispatch, lambda: self.limit, emit)
 
 
 async def _over(h: Harness, view: SglangView = OVER, at: float = 0.0,
