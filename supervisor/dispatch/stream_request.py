@@ -6,8 +6,9 @@ that request (`sglang/srt/entrypoints/http_server.py` abort_request, TokenizerMa
 .abort_request in `sglang/srt/managers/tokenizer_manager.py`), and the stream then ends with
 finish_reason "abort" and the usage of what was produced. While the chunks arrive:
 
-- stall: no token for `stall_s` -> abort (by the server's sweeper, stream_deadlines.py), and
-  the answer is a retry (kind "stall");
+- stall: no token for `stall_s` while the server makes none for anyone -> abort (by the
+  server's sweeper, stream_deadlines.py), and the answer is a retry (kind "stall"); silent
+  while the server streams for others, it is waiting, aborted only past `wait_s`;
 - loop: the streamed loop watch (stream_loop_watch.py) confirms a loop -> abort, read the
   stream's end for the exact token count (at most LOOP_DRAIN_S), and the answer is the text
   so far recorded as cut off (finish_reason "length", flagged loop);
@@ -45,6 +46,8 @@ class Streamed:
     stalled: bool = False
     loop: LoopVerdict | None = None
     aborted: bool = False            # we sent /abort_request for it
+    waited: bool = False             # it waited while its server streamed for others
+    server_silent: bool = False      # stalled while the server made no token for anyone
 
     @property
     def tokens(self) -> int:
@@ -89,7 +92,8 @@ async def _lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
 
 async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes, rid: str, *,
                       stall_s: float, timeout_s: float, watch: StreamLoopWatch | None,
-                      deadlines: StreamDeadlines, sa: StreamAnswer | None = None) -> Streamed:
+                      deadlines: StreamDeadlines, sa: StreamAnswer | None = None,
+                      wait_s: float = float("inf")) -> Streamed:
     """`sa` may be passed in so a caller cancelled meanwhile still knows the tokens so far."""
     sa = sa if sa is not None else StreamAnswer()
     out = Streamed(None, sa)
@@ -105,7 +109,7 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
                 out.answer = classify_response(resp.status, text)
                 return out
             await _watch(client, base_url, resp, rid, out, watch, stall_s, timeout_s,
-                         give_up_at, deadlines)
+                         give_up_at, deadlines, wait_s)
     except WIRE_ERRORS as exc:
         out.answer, out.gone = wire_failure(exc, timeout_s)
         return out
@@ -116,14 +120,15 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
 
 async def _watch(client: aiohttp.ClientSession, base_url: str, resp: aiohttp.ClientResponse,
                  rid: str, out: Streamed, watch: StreamLoopWatch | None, stall_s: float,
-                 timeout_s: float, give_up_at: float, deadlines: StreamDeadlines) -> None:
+                 timeout_s: float, give_up_at: float, deadlines: StreamDeadlines,
+                 wait_s: float = float("inf")) -> None:
     """Read the stream, each token pushing its deadline back; the server's sweeper
     (stream_deadlines.py) aborts it on a stall or a timeout, while it is still open. A loop
     is aborted from here, on a connection of its own while the stream stays open: the
     stream then ends as the server ends it (finish_reason abort and the usage: the exact
     tokens it cost), or is cut after LOOP_DRAIN_S."""
     sa = out.stream
-    with deadlines.watch(rid, stall_s, give_up_at) as d, d.scope:
+    with deadlines.watch(rid, stall_s, give_up_at, wait_s) as d, d.scope:
         async for line in _lines(resp):
             got = sa.feed(line)
             if got is None:
@@ -140,12 +145,16 @@ async def _watch(client: aiohttp.ClientSession, base_url: str, resp: aiohttp.Cli
                 out.aborted = True
                 deadlines.drain(d, LOOP_DRAIN_S)
                 await abort_request(client, base_url, rid)
+    out.waited = d.waited
     if d.expired is None:
         return
     out.aborted = True
+    out.server_silent = d.server_silent
     if d.expired == "timeout":
         out.answer = Retryable(f"no answer within {timeout_s:g} s (streamed)", "timeout")
     else:
         out.stalled = True
-        out.answer = Retryable(f"stalled: no token for {stall_s:g} s after {sa.tokens} tokens "
-                               f"(aborted as {rid})", "stall")
+        silent = stall_s if d.server_silent else d.wait_s
+        why = "" if d.server_silent else ", waiting while the server streamed for others"
+        out.answer = Retryable(f"stalled: no token for {silent:g} s after {sa.tokens} tokens"
+                               f"{why} (aborted as {rid})", "stall")

@@ -29,6 +29,7 @@ from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
                                                  describe_returncode)
+from supervisor.servers.hang_rule import HANG_MARGIN, HangRule, LifeProgress, ProgressReading
 from supervisor.servers.health import probe
 from supervisor.servers.inflight_guard import InflightGuard
 from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env,
@@ -40,7 +41,7 @@ from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_slots import server_slots
 from supervisor.servers.server_state import ServerSnapshot, ServerState, check_transition
-from supervisor.servers.sglang_monitor import SglangMonitor
+from supervisor.servers.sglang_monitor import SglangMonitor, metrics_enabled
 from supervisor.servers.watchers import (Decision, Failure, Request, watch_exit, watch_health,
                                          watch_progress, watch_requests)
 
@@ -108,6 +109,15 @@ class ManagedServer:
                                    emit=self._add_event)
         self.sglang = SglangMonitor(name, clock=ctx.clock, emit=self._add_event,
                                     on_poll=self.guard.on_poll)
+        # The READY life's progress span (None before it is READY): whether a failed life
+        # had served, for the restart policy's failure-loop count.
+        self._life_progress: LifeProgress | None = None
+        # Per-stream decode speed measured from completions (tok/s), for the hang timeout
+        # where there is no token signal; latched while nothing completes, so a hang does
+        # not stretch its own timeout.
+        self._stream_speed: float | None = None
+        self._speed_completed: int | None = None
+        self._said_no_token_signal = False
 
     # -- what others see ----------------------------------------------------------------------
 
@@ -149,12 +159,59 @@ class ManagedServer:
             argv=self._argv if self._proc is not None and self._argv else self.spec.argv,
             state_reason=self.state_reason,
             failures_in_window=self.policy.failures_in_window(self.ctx.monotonic()),
-            sglang=self.sglang.view,
+            sglang=self.sglang.view, waiting=self._waiting(),
+            unserved_in_row=self.policy.unserved_in_row,
             **self._limit_fields(),
         )
 
     def _progress(self) -> Any:
         return self.ctx.dispatcher.progress(self.name)
+
+    def _sglang_tokens_at(self) -> float | None:
+        return self.sglang.tokens_moved_at if self.sglang.token_counter == "decode" else None
+
+    def _waiting(self) -> int:
+        try:
+            return int(getattr(self._progress(), "waiting", 0))
+        except LookupError:
+            return 0
+
+    def _read_progress(self) -> ProgressReading:
+        """What the hang watchdog reads each tick (hang_rule.py)."""
+        p = self._progress()
+        streams = self.dispatch.stream and hasattr(p, "last_token_at")
+        counter = self.sglang.token_counter == "decode"
+        times = [t for t in ((p.last_token_at if streams else None),
+                             (self.sglang.tokens_moved_at if counter else None)) if t is not None]
+        derived, how = (None, "")
+        if not (streams or counter):
+            derived, how = self._derived_hang_timeout(p)
+            if not self._said_no_token_signal:
+                self._said_no_token_signal = True
+                log.warning("%s: no token signal (dispatch.stream is off and SGLang's /metrics "
+                            "has no decode-token counter): hung means no completion for %.0f s "
+                            "(%s), never less than hang_timeout_s", self.name,
+                            max(derived, self.servers.hang_timeout_s), how)
+        return ProgressReading(in_flight=int(p.in_flight), token_at=max(times, default=None),
+                               token_signal=streams or counter, completed=int(p.completed),
+                               hung=getattr(p, "hung", None), derived_timeout_s=derived,
+                               derived_from=how)
+
+    def _derived_hang_timeout(self, p: Any) -> tuple[float, str]:
+        """The longest answer we ask for at the measured per-stream speed, x HANG_MARGIN;
+        the request timeout until a speed is measured."""
+        rates = getattr(p, "rates", None)
+        if rates is not None and p.in_flight > 0 and p.completed != self._speed_completed:
+            self._speed_completed = p.completed
+            tok_s = rates.snapshot(self.ctx.clock()).tok_per_s
+            if tok_s > 0:
+                self._stream_speed = tok_s / p.in_flight
+        max_tokens = getattr(self.ctx.dispatcher, "max_tokens", None)
+        if self._stream_speed and max_tokens:
+            return (HANG_MARGIN * max_tokens / self._stream_speed,
+                    f"{max_tokens} max tokens at {self._stream_speed:.1f} tok/s per stream "
+                    f"x{HANG_MARGIN:g}")
+        return self.dispatch.request_timeout_s, "no speed measured yet: the request timeout"
 
     def _inflight_limit(self) -> Any:
         """The dispatcher's live limit for this server's READY life, if it keeps one."""
@@ -238,6 +295,7 @@ class ManagedServer:
         self._starts += 1
         if self._starts > 1:
             self.restarts += 1
+        self._life_progress = None
         spec = self.spec
         await self._transition(S.STARTING, self._start_reason, self._start_actor,
                                argv=list(spec.argv), gpus=list(spec.gpus))
@@ -320,11 +378,18 @@ class ManagedServer:
                                    self.dispatch)
         if slots.source == "server":
             self._server_slots = slots.limit
-        endpoint = Endpoint(self.name, spec.base_url, slots.limit)
+        endpoint = Endpoint(self.name, spec.base_url, slots.limit,
+                            queueing=lambda: self.sglang.queueing,
+                            tokens_at=self._sglang_tokens_at)
         draining = anyio.Event()
         serve_done = anyio.Event()
         serve_scope = anyio.CancelScope()
         decision = Decision()
+        rule = HangRule(anyio.current_time())
+        self._life_progress = rule.life
+        self._said_no_token_signal = False
+        if not self.dispatch.stream and not metrics_enabled(spec.argv):
+            self._read_progress()      # says at once that there is no token signal
 
         async def serve() -> None:
             try:
@@ -346,8 +411,8 @@ class ManagedServer:
                         watch.start_soon(watch_exit, proc, decision, self.ctx.exit_poll_s)
                         watch.start_soon(watch_health, self.name, self.ctx.client,
                                          spec.base_url, self.servers, decision, log)
-                        watch.start_soon(watch_progress, self._progress, self.servers,
-                                         decision)
+                        watch.start_soon(watch_progress, self._read_progress, self.servers,
+                                         decision, rule)
                         watch.start_soon(watch_requests, self._wait_request, decision)
                         watch.start_soon(self.sglang.watch, self.ctx.client, spec.base_url,
                                          spec.argv, self.servers.health_interval_s,
@@ -409,12 +474,15 @@ class ManagedServer:
             await self._transition(S.FAILED, f"{reason}; restarting cannot help, waiting for "
                                    "an operator", **detail)
             return
-        decision = self.policy.record_failure(self.ctx.monotonic())
+        life = self._life_progress
+        served = life is not None and life.span_s >= self.servers.served_after_s
+        decision = self.policy.record_failure(self.ctx.monotonic(), served=served)
         detail["failures_in_window"] = decision.failures_in_window
+        detail["unserved_in_row"] = decision.unserved_in_row
+        detail["served_s"] = round(life.span_s, 1) if life is not None else 0.0
         if decision.give_up:
             await self._transition(
-                S.FAILED, f"{reason}; {decision.failures_in_window} failures within "
-                f"{self.policy.window_s:g} s, waiting for an operator", **detail)
+                S.FAILED, f"{reason}; {decision.reason}, waiting for an operator", **detail)
             return
         await self._transition(S.BACKOFF, f"{reason}; restarting in {decision.delay_s:.1f} s",
                                backoff_s=round(decision.delay_s, 3), **detail)

@@ -66,3 +66,8 @@ class ServerSnapshot:
     # The saturation guard's live limit (None: not serving) and why it is below max_running.
     inflight_limit: int | None = None
     inflight_limit_reason: str | None = None
+    # Streamed requests silent while the server streams for others (queued or retracted
+    # by SGLang): waiting, not stalled (dispatch/stream_deadlines.py).
+    waiting: int = 0
+    # Lives in a row that ended in failure without serving (restart_policy.py).
+    unserved_in_row: int = 0
