@@ -28,7 +28,7 @@ import anyio
 
 from supervisor.dispatch.completion import Answer, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
-from supervisor.dispatch.stream_deadlines import StreamDeadlines
+from supervisor.dispatch.stream_deadlines import StreamDeadline, StreamDeadlines
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
 from supervisor.dispatch.worker_client import JSON_HEADERS, WIRE_ERRORS, wire_failure
 
@@ -98,56 +98,70 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
     sa = sa if sa is not None else StreamAnswer()
     out = Streamed(None, sa)
     give_up_at = anyio.current_time() + timeout_s
-    try:
-        async with client.post(base_url + "/v1/chat/completions", data=body,
-                               headers=JSON_HEADERS) as resp:
-            if resp.status != 200 or not resp.headers.get(
-                    "content-type", "").startswith("text/event-stream"):
-                # An error before the stream began (SGLang sends it as plain JSON), or a
-                # server that answers a streamed request in one piece: judged as unstreamed.
-                text = (await resp.read()).decode("utf-8", "replace")
-                out.answer = classify_response(resp.status, text)
+    # Watched from the moment it is sent, not from its first chunk: SGLang answers the
+    # headers only with the first chunk (`sglang/srt/entrypoints/openai/serving_chat.py`
+    # _handle_streaming_request awaits the generator's first item before its
+    # StreamingResponse), so a request waiting in its queue is silent before any header.
+    with deadlines.watch(rid, stall_s, give_up_at, wait_s) as d:
+        try:
+            with d.scope:
+                async with client.post(base_url + "/v1/chat/completions", data=body,
+                                       headers=JSON_HEADERS) as resp:
+                    if resp.status != 200 or not resp.headers.get(
+                            "content-type", "").startswith("text/event-stream"):
+                        # An error before the stream began (SGLang sends it as plain JSON),
+                        # or a server that answers a streamed request in one piece: judged
+                        # as unstreamed.
+                        text = (await resp.read()).decode("utf-8", "replace")
+                        out.answer = classify_response(resp.status, text)
+                        if d.expired is None:
+                            return out
+                    else:
+                        await _watch(client, base_url, resp, rid, out, watch, deadlines, d)
+        except WIRE_ERRORS as exc:
+            if d.expired is None:
+                out.answer, out.gone = wire_failure(exc, timeout_s)
                 return out
-            await _watch(client, base_url, resp, rid, out, watch, stall_s, timeout_s,
-                         give_up_at, deadlines, wait_s)
-    except WIRE_ERRORS as exc:
-        out.answer, out.gone = wire_failure(exc, timeout_s)
-        return out
+        _expired(out, d, rid, stall_s, timeout_s)
     if out.answer is None:
         out.answer = sa.answer(finish_reason="length" if out.loop is not None else None)
     return out
 
 
 async def _watch(client: aiohttp.ClientSession, base_url: str, resp: aiohttp.ClientResponse,
-                 rid: str, out: Streamed, watch: StreamLoopWatch | None, stall_s: float,
-                 timeout_s: float, give_up_at: float, deadlines: StreamDeadlines,
-                 wait_s: float = float("inf")) -> None:
+                 rid: str, out: Streamed, watch: StreamLoopWatch | None,
+                 deadlines: StreamDeadlines, d: StreamDeadline) -> None:
     """Read the stream, each token pushing its deadline back; the server's sweeper
     (stream_deadlines.py) aborts it on a stall or a timeout, while it is still open. A loop
     is aborted from here, on a connection of its own while the stream stays open: the
     stream then ends as the server ends it (finish_reason abort and the usage: the exact
     tokens it cost), or is cut after LOOP_DRAIN_S."""
     sa = out.stream
-    with deadlines.watch(rid, stall_s, give_up_at, wait_s) as d, d.scope:
-        async for line in _lines(resp):
-            got = sa.feed(line)
-            if got is None:
-                if sa.nonsense is not None:
-                    break
-                continue                 # after an error chunk SGLang sends the usage, then
-                                         # [DONE]: read on, the connection stays reusable
-            if d.cut_at is not None:
-                continue                 # aborted: read on to the server's end of it
-            d.last_token = anyio.current_time()
-            if watch is not None and watch.feed(
-                    got[0], got[1], generated_tokens=sa.running_tokens) is not None:
-                out.loop = watch.verdict
-                out.aborted = True
-                deadlines.drain(d, LOOP_DRAIN_S)
-                await abort_request(client, base_url, rid)
+    async for line in _lines(resp):
+        got = sa.feed(line)
+        if got is None:
+            if sa.nonsense is not None:
+                break
+            continue                 # after an error chunk SGLang sends the usage, then
+                                     # [DONE]: read on, the connection stays reusable
+        if d.cut_at is not None:
+            continue                 # aborted: read on to the server's end of it
+        d.last_token = anyio.current_time()
+        if watch is not None and watch.feed(
+                got[0], got[1], generated_tokens=sa.running_tokens) is not None:
+            out.loop = watch.verdict
+            out.aborted = True
+            deadlines.drain(d, LOOP_DRAIN_S)
+            await abort_request(client, base_url, rid)
+
+
+def _expired(out: Streamed, d: StreamDeadline, rid: str, stall_s: float,
+             timeout_s: float) -> None:
+    """What the sweeper's verdict makes of the answer (none: the stream ended by itself)."""
     out.waited = d.waited
     if d.expired is None:
         return
+    sa = out.stream
     out.aborted = True
     out.server_silent = d.server_silent
     if d.expired == "timeout":
