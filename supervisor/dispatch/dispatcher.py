@@ -306,8 +306,9 @@ class Dispatcher:
 
     async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None:
         serving = Serving(endpoint, limit=InFlightLimit(endpoint.max_running))
-        # A new life of the server: its stalls so far were its last life's.
-        self.progress(endpoint.name).hung = None
+        # A new life of the server: its stalls and tokens so far were its last life's.
+        progress = self.progress(endpoint.name)
+        progress.hung, progress.last_token_at, progress.waiting = None, None, 0
         self._stalls.reset(endpoint.name)
         key = id(serving)
         self._serving[key] = serving
@@ -315,7 +316,11 @@ class Dispatcher:
         send, recv = anyio.create_memory_object_stream[ClaimedPrompt](prefetch)
         # Aborts of stalled streams go on a connection of their own (the workers' are busy).
         aborts = worker_client(ABORT_TIMEOUT_S)
-        serving.deadlines = StreamDeadlines(partial(abort_request, aborts, endpoint.base_url))
+        # The sweeper keeps the server's token clock on `progress` (the hang watchdog's
+        # signal) and tells waiting streams from stalled ones by it and SGLang's counter.
+        serving.deadlines = StreamDeadlines(partial(abort_request, aborts, endpoint.base_url),
+                                            progress=progress,
+                                            server_tokens_at=endpoint.tokens_at)
         try:
             async with anyio.create_task_group() as clock:
                 clock.start_soon(serving.deadlines.run)
@@ -332,6 +337,7 @@ class Dispatcher:
                     # buffer.
                 clock.cancel_scope.cancel()
         finally:
+            progress.waiting = 0
             with anyio.CancelScope(shield=True):
                 # First: the requeue below may raise (a full disk) and must not leak it.
                 await aborts.close()
@@ -471,7 +477,8 @@ class Dispatcher:
                 streamed = await stream_chat(client, endpoint.base_url, body, rid,
                                              stall_s=d.stall_s, timeout_s=timeout,
                                              watch=StreamLoopWatch(),
-                                             deadlines=serving.deadlines, sa=sa)
+                                             deadlines=serving.deadlines, sa=sa,
+                                             wait_s=d.wait_s)
                 answer, gone = streamed.answer, streamed.gone
             else:
                 async with client.post(endpoint.base_url + "/v1/chat/completions",
@@ -499,6 +506,10 @@ class Dispatcher:
             self._watched(endpoint.name, prompt.id, rid, streamed, max_tokens)
         outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started, finished,
                                 aborted_loop=streamed is not None and streamed.loop is not None)
+        if streamed is not None and streamed.stalled and endpoint.queueing():
+            # SGLang queues or retracts on this server: the silence was the server's
+            # over-commitment, not the prompt's fault. Back to pending, no attempt counted.
+            outcome = Requeue(prompt.id)
         waste: list[Outcome | Wasted] = []
         if isinstance(answer, Retryable) and not answer.tokens and sa.tokens:
             # Tokens streamed before a stall, an error chunk, a timeout or a lost connection
@@ -521,12 +532,19 @@ class Dispatcher:
         f = self._streamed
         if streamed.stalled:
             self._streamed = StreamFigures(f.stalls + 1, f.loops_aborted, f.loop_tokens_saved)
-            log.warning("%s: prompt %s stalled after %d tokens (no token for %g s): aborted "
-                        "as %s, will be retried", server, prompt_id, streamed.tokens,
-                        self.config.dispatch.stall_s, rid)
+            d = self.config.dispatch
+            silent = d.stall_s if streamed.server_silent else d.wait_s
+            log.warning("%s: prompt %s stalled after %d tokens (no token for %g s%s): aborted "
+                        "as %s, will be retried", server, prompt_id, streamed.tokens, silent,
+                        "" if streamed.server_silent else
+                        ", waiting while the server streamed for others", rid)
             self._event(EventKind.REQUEST_STALLED, server,
                         {"prompt": prompt_id, "rid": rid, "tokens": streamed.tokens,
-                         "stall_s": self.config.dispatch.stall_s}, "supervisor")
+                         "stall_s": silent, "waited": streamed.waited}, "supervisor")
+            # Only a silent server's stalls add up to a hang: a request that waited while
+            # the server streamed for others says nothing against the server.
+            if not streamed.server_silent:
+                return
             hung = self._stalls.stalled(server, time.monotonic())
             p = self.progress(server)
             if hung is not None and p.hung is None:
