@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import replace
 from typing import Any, Awaitable, Callable, Protocol
 
 import anyio
@@ -18,7 +17,8 @@ import anyio.abc
 
 from state.async_store import AsyncStore
 from state.store import Store
-from supervisor.config import ConfigError, JobConfig, with_flags
+from supervisor.config import ConfigError
+from supervisor.config.live_settings import LiveSettings
 from supervisor.contract import status as c
 from supervisor.contract.actions import (FlagChange, LogTail, MaxTokensRequest, MaxTokensResult,
                                          PauseRequest, PauseResult, RequeueFailedRequest,
@@ -27,6 +27,7 @@ from supervisor.contract.actions import (FlagChange, LogTail, MaxTokensRequest, 
                                          RetuneRequest, RetuneResult)
 from supervisor.contract.codec import to_plain
 from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.pause_sources import LIFTABLE, PauseSource
 from supervisor.contract.status import flag_value
 from supervisor.control.peer import actor_of
 from supervisor.dispatch.dispatcher import Dispatcher
@@ -34,9 +35,7 @@ from supervisor.servers.fleet import Fleet, RollBusy, RollingResult, RollTicket
 
 log = logging.getLogger("supervisor.control")
 
-OPERATOR = "operator"
-# Pauses an operator's resume lifts (the circuit breaker's too: it waits for a person).
-LIFTABLE = ("operator", "quality", "breaker")
+OPERATOR = PauseSource.OPERATOR
 MAX_REASON = 500
 
 
@@ -48,7 +47,7 @@ class Refused(Exception):
 
 
 class JobParts(Protocol):
-    config: JobConfig
+    live: LiveSettings
     dispatcher: Dispatcher | None
     fleet: Fleet | None
 
@@ -199,9 +198,9 @@ class Actions:
             changes.append(FlagChange(f.name, None if old is None else flag_value(old),
                                       f.value))
         try:
-            for name in targets:
-                server = self.fleet.servers[name]
-                with_flags(replace(self.job.config, servers=server.servers), flags)
+            # Each target's flags as they would be, checked alone and against the live max
+            # tokens (a context length at or below it would fail every request).
+            self.job.live.retuned(flags, targets)
         except ConfigError as exc:
             raise Refused(422, f"retune: {exc}") from None
         actor = actor_of(caller)

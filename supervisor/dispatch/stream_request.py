@@ -30,7 +30,8 @@ from supervisor.dispatch.completion import Answer, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_deadlines import StreamDeadline, StreamDeadlines
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
-from supervisor.dispatch.worker_client import JSON_HEADERS, WIRE_ERRORS, wire_failure
+from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, request_timeout,
+                                               wire_failure)
 
 log = logging.getLogger("supervisor.dispatch")
 
@@ -106,7 +107,8 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
         try:
             with d.scope:
                 async with client.post(base_url + "/v1/chat/completions", data=body,
-                                       headers=JSON_HEADERS) as resp:
+                                       headers=JSON_HEADERS,
+                                       timeout=request_timeout(timeout_s)) as resp:
                     if resp.status != 200 or not resp.headers.get(
                             "content-type", "").startswith("text/event-stream"):
                         # An error before the stream began (SGLang sends it as plain JSON),

@@ -17,6 +17,8 @@ parsing headers for them is per-request work), proxies from the environment neve
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import aiohttp
 from aiohttp.http_exceptions import HttpProcessingError
 
@@ -36,6 +38,15 @@ def worker_client(timeout_s: float) -> aiohttp.ClientSession:
         connector=aiohttp.TCPConnector(limit=0),
         timeout=aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s),
         cookie_jar=aiohttp.DummyCookieJar(), trust_env=False, raise_for_status=False)
+
+
+@lru_cache(maxsize=8)
+def request_timeout(timeout_s: float) -> aiohttp.ClientTimeout:
+    """A request's own bound on connecting and on each read, passed with each request so a
+    reloaded `dispatch.request_timeout_s` applies to the next request sent, not from the
+    server's next life (the session's own bound is the one it was made with). Cached: one
+    object per value, not one per request."""
+    return aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s)
 
 
 def wire_failure(exc: BaseException, timeout_s: float) -> tuple[Retryable | None, str | None]:

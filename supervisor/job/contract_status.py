@@ -121,7 +121,10 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                  flags: FlagSource | None = None,
                  requeueable_truncated: int | None = None,
                  truncated: int | None = None,
-                 ledger: TokenLedger | None = None) -> c.Status:
+                 ledger: TokenLedger | None = None,
+                 live_context: int | None = None) -> c.Status:
+    """`live_context`: the smallest context length a server runs with now (a retune may
+    have changed it since the config was read)."""
     d = js.dispatch
     r, q = d.rates, d.quality
     servers: tuple[ServerSnapshot, ...] = tuple(js.servers)
@@ -129,7 +132,8 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
     return c.Status(
         schema_version=c.SCHEMA_VERSION, time=js.time, started_at=started_at,
         daemon_pid=os.getpid(), model=config.job.model, max_tokens=d.max_tokens,
-        context_length=config.servers.context_length,
+        context_length=(live_context if live_context is not None
+                        else config.servers.context_length),
         job=c.JobCounts(total=js.total, done=js.done, pending=js.pending,
                         in_flight=js.in_flight, failed=js.failed,
                         requeueable_truncated=requeueable_truncated, truncated=truncated),

@@ -26,9 +26,11 @@ import anyio
 from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import JobConfig
+from supervisor.config.live_settings import LiveSettings
 from supervisor.control import socket_file
 from supervisor.contract.status import Status
 from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.pause_sources import PauseSource
 from supervisor.control.server import ControlServer
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu import GpuSampler, GpuSource, NvmlSource
@@ -74,7 +76,9 @@ class Job:
                  status_interval_s: float = 1.0, gpu_source: GpuSource | None = None,
                  handle_signals: bool = True,
                  reload_config: Callable[[], JobConfig] | None = None) -> None:
-        self.config = config
+        # The job's settings as they are now: every part reads them there
+        # (config/live_settings.py); `config` below is a view of them.
+        self.live = LiveSettings(config)
         # How SIGHUP re-reads the config (as it was read at start), and the config as last
         # read (what a reload is compared with).
         self.reload_config = reload_config
@@ -102,6 +106,10 @@ class Job:
         self.task_group: anyio.abc.TaskGroup | None = None   # where a reload's roll runs
         # How often "every server FAILED" is logged again while it lasts.
         self.all_failed_warn_s = 60.0
+
+    @property
+    def config(self) -> JobConfig:
+        return self.live.config
 
     # -- setup --------------------------------------------------------------------------------
 
@@ -193,7 +201,7 @@ class Job:
         status = self._status = StatusBuilder(astore, self._started)
         spool = spool_dir(cfg)
         await anyio.to_thread.run_sync(functools.partial(spool.mkdir, parents=True, exist_ok=True))
-        dispatcher = self.dispatcher = status.dispatcher = Dispatcher(astore, cfg)
+        dispatcher = self.dispatcher = status.dispatcher = Dispatcher(astore, self.live)
         self.gpu = status.gpu = self._gpu_sampler()
         status.energy = await EnergyLedger.open(astore, cfg)
         # A broken uploads install fails the start here; it must never run an S3 job that
@@ -214,7 +222,8 @@ class Job:
         counts = await astore.call(Store.counts)
         already_finished = counts.total > 0 and counts.pending + counts.in_flight == 0
         async with dispatcher.running():
-            fleet = self.fleet = status.fleet = Fleet(cfg, astore, dispatcher, self.fleet_options)
+            fleet = self.fleet = status.fleet = Fleet(self.live, astore, dispatcher,
+                                                      self.fleet_options)
             await astore.call(Store.add_event, EventKind.JOB_STARTED, "job",
                               {"pid": os.getpid(), "servers": len(fleet.servers),
                                "already_finished": already_finished},
@@ -387,6 +396,6 @@ class Job:
             return
         reason = self.disk_guard.paused_reason()
         if reason:
-            await self.dispatcher.pause("disk", reason, "disk-guard")
+            await self.dispatcher.pause(PauseSource.DISK, reason, "disk-guard")
         else:
-            await self.dispatcher.resume("disk", "disk-guard")
+            await self.dispatcher.resume(PauseSource.DISK, "disk-guard")

@@ -19,6 +19,7 @@ import anyio.abc
 from state.store import Store
 from supervisor.contract.event_kinds import EventKind
 from supervisor.config import ConfigError, JobConfig
+from supervisor.config.live_settings import LiveSettings
 from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused, load_for_reload
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.job.systemd_report import SystemdReport
@@ -30,6 +31,7 @@ from supervisor.uploads.backoff import Backoff
 from supervisor.uploads.disk_guard import RESUME_MARGIN
 
 log = logging.getLogger("supervisor.job")
+MAX_TOKENS = "generation.max_tokens"
 
 
 class ReloadableJob(Protocol):
@@ -39,7 +41,7 @@ class ReloadableJob(Protocol):
     systemd: SystemdReport
     reload_config: Callable[[], JobConfig] | None   # reads the file as it was read at start
     file_config: JobConfig                           # the file as last read
-    config: JobConfig
+    live: LiveSettings                               # the settings every part reads
     dispatcher: Dispatcher | None
     fleet: Fleet | None
     uploader: Uploader | None
@@ -57,6 +59,7 @@ async def reload_job(job: ReloadableJob, actor: str) -> str:
                 raise ReloadRefused("this job was not started from a config file")
             new, plan = await anyio.to_thread.run_sync(
                 load_for_reload, job.reload_config, job.file_config)
+            _check_against_live(job.live, new, plan)
             await _require_accepted_flags(job.fleet, new, plan)
             ticket = _reserve_roll(job.fleet, plan)
         except ReloadRefused as exc:
@@ -82,6 +85,31 @@ async def reload_job(job: ReloadableJob, actor: str) -> str:
                                              event, actor, time.time())
         job.systemd.reloaded(line)
         return line
+
+
+def _check_against_live(live: LiveSettings, new: JobConfig, plan: ReloadPlan) -> None:
+    """The new file against what is live now (an operator's max tokens, a server's retuned
+    flags), not only against the file it replaces."""
+    max_tokens = plan.value(MAX_TOKENS) if plan.changed(MAX_TOKENS) else None
+    try:
+        live.check_reload(new, max_tokens)
+    except ConfigError as exc:
+        raise ReloadRefused(f"{exc}; nothing applied") from None
+    if max_tokens is not None and not plan.rolling:
+        try:
+            live.check_max_tokens(max_tokens)
+        except ValueError as exc:
+            raise ReloadRefused(f"generation.max_tokens: {exc}; nothing applied") from None
+
+
+def _max_tokens_now(live: LiveSettings, plan: ReloadPlan) -> bool:
+    """Whether the reload's max tokens applies at once; False when a server still runs with
+    a context length it does not fit (the reload's roll raises it: it applies after)."""
+    try:
+        live.check_max_tokens(plan.value(MAX_TOKENS))
+    except ValueError:
+        return False
+    return True
 
 
 async def _require_accepted_flags(fleet: Fleet | None, new: JobConfig,
@@ -111,26 +139,30 @@ def _reserve_roll(fleet: Fleet | None, plan: ReloadPlan) -> RollTicket | None:
 async def apply_reload(job: ReloadableJob, new: JobConfig, plan: ReloadPlan, actor: str,
                        tg: anyio.abc.TaskGroup | None, ticket: RollTicket | None) -> None:
     dispatcher, fleet = job.dispatcher, job.fleet
-    job.config = new
-    if dispatcher is not None:
-        dispatcher.use_config(new)
-        if plan.changed("generation.max_tokens"):
+    # One place takes the new settings; every part reads them there (the dispatcher per
+    # request, each server at its next check, the restart policies through a subscription).
+    job.live.reload(new, _server_timings(plan))
+    after_roll: int | None = None
+    if dispatcher is not None and plan.changed(MAX_TOKENS):
+        if _max_tokens_now(job.live, plan):
             # Exactly what an operator's max-tokens action does (setting kept, event written).
-            await dispatcher.set_max_tokens(plan.value("generation.max_tokens"), actor)
-    if fleet is not None:
-        _servers_live(fleet, new, plan)
+            await dispatcher.set_max_tokens(plan.value(MAX_TOKENS), actor)
+        else:
+            after_roll = plan.value(MAX_TOKENS)
+            log.warning("reload: max tokens %d applies once the rolling restart has given "
+                        "every server its new context length", after_roll)
     _uploads_live(job, new, plan)
     if fleet is not None and ticket is not None:
         if tg is None:
             fleet.release_roll(ticket)
         else:
-            tg.start_soon(_roll, fleet, plan, actor, ticket, name="reload: rolling restart")
+            tg.start_soon(_roll, fleet, plan, actor, ticket, dispatcher, after_roll,
+                          name="reload: rolling restart")
 
 
-def _servers_live(fleet: Fleet, new: JobConfig, plan: ReloadPlan) -> None:
-    timings = {c.key.split(".", 1)[1]: c.new for c in plan.live
-               if c.key.startswith("servers.") and c.key.split(".", 1)[1] in SERVER_TIMINGS}
-    fleet.reload_settings(timings, new.dispatch)
+def _server_timings(plan: ReloadPlan) -> dict[str, Any]:
+    return {c.key.split(".", 1)[1]: c.new for c in plan.live
+            if c.key.startswith("servers.") and c.key.split(".", 1)[1] in SERVER_TIMINGS}
 
 
 def _uploads_live(job: ReloadableJob, new: JobConfig, plan: ReloadPlan) -> None:
@@ -150,7 +182,8 @@ def _resume_bytes(min_free_bytes: int) -> int:
     return int(min_free_bytes * (1 + RESUME_MARGIN))
 
 
-async def _roll(fleet: Fleet, plan: ReloadPlan, actor: str, ticket: RollTicket) -> None:
+async def _roll(fleet: Fleet, plan: ReloadPlan, actor: str, ticket: RollTicket,
+                dispatcher: Dispatcher | None = None, max_tokens: int | None = None) -> None:
     delta = plan.flag_delta()
     try:
         if delta:
@@ -161,6 +194,12 @@ async def _roll(fleet: Fleet, plan: ReloadPlan, actor: str, ticket: RollTicket) 
         fleet.release_roll(ticket)
     if result.ok:
         log.info("reload: rolling restart done (%s)", ", ".join(result.restarted))
+        if dispatcher is not None and max_tokens is not None:
+            try:
+                await dispatcher.set_max_tokens(max_tokens, actor)
+            except ValueError as exc:
+                log.error("reload: max tokens %d not applied after the roll: %s", max_tokens,
+                          exc)
     else:
         # The servers not reached keep their working flags (see Fleet.retune).
         log.error("reload: rolling restart stopped at %s: %s", result.aborted_at, result.reason)

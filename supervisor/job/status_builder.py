@@ -85,4 +85,4 @@ class StatusBuilder:
         return build_status(js, config, started_at=self.started_at,
                             histogram=d.lengths.histogram(d.max_tokens), flags=self.fleet,
                             requeueable_truncated=requeueable, truncated=truncated,
-                            ledger=ledger)
+                            ledger=ledger, live_context=d.live.context_length)

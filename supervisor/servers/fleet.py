@@ -14,7 +14,7 @@ import logging
 import random
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, TypeVar
 
 import anyio
@@ -22,7 +22,8 @@ import httpx
 
 from state.async_store import AsyncStore
 from state.store import Store
-from supervisor.config import ConfigError, DispatchSection, JobConfig, with_flags
+from supervisor.config import ConfigError, JobConfig
+from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.flag_check import require_accepted_retune
 from supervisor.servers.launch_command import build_specs
@@ -91,9 +92,12 @@ class RollTicket:
 
 
 class Fleet:
-    def __init__(self, config: JobConfig, astore: AsyncStore, dispatcher: Dispatching,
-                 options: FleetOptions | None = None) -> None:
-        self.config = config
+    def __init__(self, live: LiveSettings | JobConfig, astore: AsyncStore,
+                 dispatcher: Dispatching, options: FleetOptions | None = None) -> None:
+        # The job's live settings, shared with the dispatcher (a bare config: a fleet of its
+        # own, for a test or a tool).
+        self.live = live if isinstance(live, LiveSettings) else LiveSettings(live)
+        config = self.live.config
         self.astore = astore
         self.dispatcher = dispatcher
         self.options = options or FleetOptions()
@@ -117,8 +121,11 @@ class Fleet:
                                    o.log_backups, o.tail_lines)
             policy = RestartPolicy.from_config(config.servers, random.Random(rng.random()))
             self.servers[spec.name] = ManagedServer(
-                spec.name, spec.gpus, spec.port, config.servers, config.dispatch, self._ctx,
-                server_log, policy)
+                spec.name, spec.gpus, spec.port, self.live, self._ctx, server_log, policy)
+
+    @property
+    def config(self) -> JobConfig:
+        return self.live.config
 
     # -- store ------------------------------------------------------------------------------
 
@@ -236,10 +243,10 @@ class Fleet:
                      ticket: RollTicket | None = None, *,
                      flags_checked: bool = False) -> RollingResult:
         """New SGLang flags (None removes one) for one server or all, applied by a rolling
-        restart. Raises ConfigError before touching anything if the flags are invalid. Flags
-        the installed SGLang's parser refuses (asked here unless the caller just did) stop
-        the roll before its first server, with argparse's line as the reason and in the
-        retune's event: the roll runs after the operator got an answer, and the check can
+        restart. Flags that are invalid, that would put a server's context length at or
+        below the live max tokens (config/live_settings.py), or that the installed SGLang's
+        parser refuses (asked here unless the caller just did) stop the roll before its
+        first server, with the reason in the result and in the retune's event: the roll runs after the operator got an answer, and the check can
         take longer than a control call may wait (SGLang's import)."""
         with self._holding(ticket, f"retune of {name}" if name else "rolling retune"):
             return await self._retune(flags, name, actor, flags_checked)
@@ -247,38 +254,28 @@ class Fleet:
     async def _retune(self, flags: Mapping[str, Any], name: str | None, actor: str,
                       flags_checked: bool) -> RollingResult:
         targets = [self._server(name)] if name else list(self.servers.values())
-        new = {s.name: with_flags(replace(self.config, servers=s.servers), flags).servers
-               for s in targets}
-        if not flags_checked:
-            try:
+        try:
+            new = self.live.retuned(flags, [s.name for s in targets])
+            if not flags_checked:
                 await require_accepted_retune(new.values(), self.options.base_env)
-            except ConfigError as exc:
-                why = f"{exc}; no server was restarted"
-                log.error("retune of %s refused: %s", name or "all servers", why)
-                await self._store_call(Store.add_event, EventKind.SERVER_RETUNE, name or "*",
-                                       {"flags": dict(flags), "refused": why}, actor,
-                                       self.options.clock())
-                return RollingResult((), targets[0].name, why)
+        except ConfigError as exc:
+            why = f"{exc}; no server was restarted"
+            log.error("retune of %s refused: %s", name or "all servers", why)
+            await self._store_call(Store.add_event, EventKind.SERVER_RETUNE, name or "*",
+                                   {"flags": dict(flags), "refused": why}, actor,
+                                   self.options.clock())
+            return RollingResult((), targets[0].name, why)
         await self._store_call(Store.add_event, EventKind.SERVER_RETUNE, name or "*",
                                {"flags": dict(flags)}, actor, self.options.clock())
         if name is None:
-            self.config = with_flags(self.config, flags)
+            self.live.retune_all(flags)
 
         def apply(server: ManagedServer) -> None:
             # Applied just before each server's restart: if the new flags do not come up,
             # the roll stops there and the servers not reached keep their working flags.
-            server.servers = new[server.name]
+            self.live.apply_server(server.name, new[server.name])
 
         return await self._roll(targets, actor, f"retune {dict(flags)}", apply)
-
-    def reload_settings(self, timings: Mapping[str, Any], dispatch: DispatchSection) -> None:
-        """A config reload's live [servers] timings and [dispatch]. Each server keeps its own
-        flags (possibly retuned from the control socket); slots are sized when a server
-        starts, so a new in-flight limit waits for the reload's rolling restart."""
-        for server in self.servers.values():
-            server.use_config(replace(server.servers, **timings), dispatch)
-        self.config = replace(self.config, servers=replace(self.config.servers, **timings),
-                              dispatch=dispatch)
 
     async def reset(self, name: str, actor: str = "operator") -> bool:
         """FAILED → STARTING with a clean failure history; False if it was not FAILED."""

@@ -25,6 +25,7 @@ import httpx
 
 from state.store import Store
 from supervisor.config import DispatchSection, ServersSection
+from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
@@ -77,14 +78,15 @@ class _Ready:
 
 
 class ManagedServer:
-    def __init__(self, name: str, gpus: tuple[int, ...], port: int, servers: ServersSection,
-                 dispatch: DispatchSection, ctx: FleetContext, server_log: ServerLog,
-                 policy: RestartPolicy) -> None:
+    def __init__(self, name: str, gpus: tuple[int, ...], port: int, live: LiveSettings,
+                 ctx: FleetContext, server_log: ServerLog, policy: RestartPolicy) -> None:
         self.name = name
         self.gpus = gpus
         self.port = port
-        self.servers = servers          # this server's own copy: retune may change its flags
-        self.dispatch = dispatch
+        self.live = live
+        live.add_server(name)
+        # A reload's new limits reach the restart policy, which keeps the failures it has seen.
+        live.subscribe(lambda _config: self.policy.follow(self.servers))
         self.ctx = ctx
         self.log = server_log
         self.policy = policy
@@ -122,6 +124,16 @@ class ManagedServer:
     # -- what others see ----------------------------------------------------------------------
 
     @property
+    def servers(self) -> ServersSection:
+        """This server's own [servers] section as it is now: a retune of it alone changes its
+        flags, a reload its timings (config/live_settings.py)."""
+        return self.live.server(self.name)
+
+    @property
+    def dispatch(self) -> DispatchSection:
+        return self.live.config.dispatch
+
+    @property
     def spec(self) -> ServerSpec:
         return ServerSpec(self.name, self.gpus, self.port, self.servers.host,
                           tuple(build_argv(self.servers, self.port)))
@@ -138,13 +150,6 @@ class ManagedServer:
     @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
-
-    def use_config(self, servers: ServersSection, dispatch: DispatchSection) -> None:
-        """A reloaded config's sections, read at the next check or life; the restart policy
-        takes the new limits and keeps the failures it has seen."""
-        self.servers = servers
-        self.dispatch = dispatch
-        self.policy.follow(servers)
 
     def snapshot(self) -> ServerSnapshot:
         try:
@@ -206,7 +211,7 @@ class ManagedServer:
             tok_s = rates.snapshot(self.ctx.clock()).tok_per_s
             if tok_s > 0:
                 self._stream_speed = tok_s / p.in_flight
-        max_tokens = getattr(self.ctx.dispatcher, "max_tokens", None)
+        max_tokens = self.live.max_tokens
         if self._stream_speed and max_tokens:
             return (HANG_MARGIN * max_tokens / self._stream_speed,
                     f"{max_tokens} max tokens at {self._stream_speed:.1f} tok/s per stream "

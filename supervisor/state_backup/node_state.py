@@ -16,6 +16,7 @@ from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.pause_sources import PauseSource
 from supervisor.file_digest import file_sha256
 from supervisor.state_backup.backup import StateBackup
 from supervisor.state_backup.manifest import BackupManifest
@@ -96,7 +97,7 @@ class NodeState:
     def runner(self, dispatcher: Any) -> StateBackup:
         async def conflict(reason: str) -> None:
             log.error("%s: dispatch paused", reason)
-            await dispatcher.pause("prompt-file", reason, "backup")
+            await dispatcher.pause(PauseSource.PROMPT_FILE, reason, "backup")
 
         return StateBackup(self.db_path, self._sink(), self.reader, self.me,
                            self.config.backup.interval_s,

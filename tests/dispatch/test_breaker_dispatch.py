@@ -15,7 +15,9 @@ import httpx
 import pytest
 
 from state.store import Store
-from supervisor.dispatch.dispatcher import BREAKER
+from supervisor.contract.pause_sources import PauseSource
+
+BREAKER = PauseSource.BREAKER
 from supervisor.servers.endpoint import Endpoint
 from tests.fixtures import REPO
 from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_store, wait_until

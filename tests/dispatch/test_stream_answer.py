@@ -9,7 +9,7 @@ from state.records import ClaimedPrompt
 from supervisor.config import GenerationSection
 from supervisor.dispatch.completion import (Completion, Permanent, Retryable, classify_response,
                                             request_body)
-from supervisor.dispatch.dispatcher import request_id
+from supervisor.dispatch.request_path import request_id
 from supervisor.dispatch.stream_answer import StreamAnswer
 
 

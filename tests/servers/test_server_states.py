@@ -10,7 +10,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from supervisor.config import DispatchSection, ServersSection
+from supervisor.config import JobConfig, ServersSection
+from supervisor.config.live_settings import LiveSettings
 from supervisor.servers.managed_server import FleetContext, ManagedServer
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
@@ -77,7 +78,7 @@ def _server(tmp_path: Path, events: list[tuple]) -> ManagedServer:
     ctx = FleetContext(store_call=store_call, dispatcher=None, client=None,  # type: ignore[arg-type]
                        clock=time.time, monotonic=time.monotonic, on_change=lambda: None,
                        proc_limiter=anyio.CapacityLimiter(1))
-    return ManagedServer("gpu0", (0,), 30000, servers, DispatchSection(), ctx,
+    return ManagedServer("gpu0", (0,), 30000, LiveSettings(JobConfig(servers=servers)), ctx,
                          ServerLog(tmp_path / "gpu0.log"), RestartPolicy.from_config(servers))
 
 

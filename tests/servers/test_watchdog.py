@@ -10,7 +10,8 @@ from pathlib import Path
 
 import anyio
 
-from supervisor.config import DispatchSection, ServersSection
+from supervisor.config import DispatchSection, GenerationSection, JobConfig, ServersSection
+from supervisor.config.live_settings import LiveSettings
 from supervisor.dispatch.dispatch_snapshot import ServerProgress
 from supervisor.dispatch.rate_window import CompletionRateWindow
 from supervisor.servers.exit_classifier import Trigger
@@ -111,13 +112,13 @@ def _server(tmp_path: Path, dispatcher: object, dispatch: DispatchSection) -> Ma
     ctx = FleetContext(store_call=store_call, dispatcher=dispatcher, client=None,  # type: ignore[arg-type]
                        clock=time.time, monotonic=time.monotonic, on_change=lambda: None,
                        proc_limiter=anyio.CapacityLimiter(1))
-    return ManagedServer("gpu0", (0,), 30000, SERVERS, dispatch, ctx,
+    live = LiveSettings(JobConfig(servers=SERVERS, dispatch=dispatch,
+                                  generation=GenerationSection(max_tokens=1000)))
+    return ManagedServer("gpu0", (0,), 30000, live, ctx,
                          ServerLog(tmp_path / "gpu0.log"), RestartPolicy.from_config(SERVERS))
 
 
 class Dispatcher:
-    max_tokens = 1000
-
     def __init__(self) -> None:
         self.p = ServerProgress(in_flight=4, rates=CompletionRateWindow(60.0, time.time() - 60))
 
