@@ -191,7 +191,10 @@ class ManagedServer:
         derived, how = (None, "")
         if not (streams or counter):
             derived, how = self._derived_hang_timeout(p)
-            if not self._said_no_token_signal:
+            # With --enable-metrics, not before the first scrape has said what it serves.
+            known = self._argv is None or not metrics_enabled(self._argv) \
+                or self.sglang.view.polled
+            if known and not self._said_no_token_signal:
                 self._said_no_token_signal = True
                 log.warning("%s: no token signal (dispatch.stream is off and SGLang's /metrics "
                             "has no decode-token counter): hung means no completion for %.0f s "
