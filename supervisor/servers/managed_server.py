@@ -30,7 +30,7 @@ from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
                                                  describe_returncode)
-from supervisor.servers.hang_rule import HANG_MARGIN, HangRule, LifeProgress, ProgressReading
+from supervisor.servers.hang_rule import HangRule, LifeProgress
 from supervisor.servers.health import probe
 from supervisor.servers.inflight_guard import InflightGuard
 from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env,
@@ -42,7 +42,8 @@ from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_slots import server_slots
 from supervisor.servers.server_state import ServerSnapshot, ServerState, check_transition
-from supervisor.servers.sglang_monitor import SglangMonitor, metrics_enabled
+from supervisor.servers.progress_reading import ProgressReader
+from supervisor.servers.sglang_monitor import SglangMonitor
 from supervisor.servers.watchers import (Decision, Failure, Request, watch_exit, watch_health,
                                          watch_progress, watch_requests)
 
@@ -114,12 +115,10 @@ class ManagedServer:
         # The READY life's progress span (None before it is READY): whether a failed life
         # had served, for the restart policy's failure-loop count.
         self._life_progress: LifeProgress | None = None
-        # Per-stream decode speed measured from completions (tok/s), for the hang timeout
-        # where there is no token signal; latched while nothing completes, so a hang does
-        # not stretch its own timeout.
-        self._stream_speed: float | None = None
-        self._speed_completed: int | None = None
-        self._said_no_token_signal = False
+        # What the hang watchdog reads each tick: tokens, or the derived completion rule.
+        self.progress_reader = ProgressReader(name, self._progress, self.sglang,
+                                              lambda: self.servers, lambda: self.dispatch,
+                                              lambda: self.live.max_tokens, ctx.clock)
 
     # -- what others see ----------------------------------------------------------------------
 
@@ -172,54 +171,11 @@ class ManagedServer:
     def _progress(self) -> Any:
         return self.ctx.dispatcher.progress(self.name)
 
-    def _sglang_tokens_at(self) -> float | None:
-        return self.sglang.tokens_moved_at if self.sglang.token_counter == "decode" else None
-
     def _waiting(self) -> int:
         try:
             return int(getattr(self._progress(), "waiting", 0))
         except LookupError:
             return 0
-
-    def _read_progress(self) -> ProgressReading:
-        """What the hang watchdog reads each tick (hang_rule.py)."""
-        p = self._progress()
-        streams = self.dispatch.stream and hasattr(p, "last_token_at")
-        counter = self.sglang.token_counter == "decode"
-        times = [t for t in ((p.last_token_at if streams else None),
-                             (self.sglang.tokens_moved_at if counter else None)) if t is not None]
-        derived, how = (None, "")
-        if not (streams or counter):
-            derived, how = self._derived_hang_timeout(p)
-            # With --enable-metrics, not before the first scrape has said what it serves.
-            known = self._argv is None or not metrics_enabled(self._argv) \
-                or self.sglang.view.polled
-            if known and not self._said_no_token_signal:
-                self._said_no_token_signal = True
-                log.warning("%s: no token signal (dispatch.stream is off and SGLang's /metrics "
-                            "has no decode-token counter): hung means no completion for %.0f s "
-                            "(%s), never less than hang_timeout_s", self.name,
-                            max(derived, self.servers.hang_timeout_s), how)
-        return ProgressReading(in_flight=int(p.in_flight), token_at=max(times, default=None),
-                               token_signal=streams or counter, completed=int(p.completed),
-                               hung=getattr(p, "hung", None), derived_timeout_s=derived,
-                               derived_from=how)
-
-    def _derived_hang_timeout(self, p: Any) -> tuple[float, str]:
-        """The longest answer we ask for at the measured per-stream speed, x HANG_MARGIN;
-        the request timeout until a speed is measured."""
-        rates = getattr(p, "rates", None)
-        if rates is not None and p.in_flight > 0 and p.completed != self._speed_completed:
-            self._speed_completed = p.completed
-            tok_s = rates.snapshot(self.ctx.clock()).tok_per_s
-            if tok_s > 0:
-                self._stream_speed = tok_s / p.in_flight
-        max_tokens = self.live.max_tokens
-        if self._stream_speed and max_tokens:
-            return (HANG_MARGIN * max_tokens / self._stream_speed,
-                    f"{max_tokens} max tokens at {self._stream_speed:.1f} tok/s per stream "
-                    f"x{HANG_MARGIN:g}")
-        return self.dispatch.request_timeout_s, "no speed measured yet: the request timeout"
 
     def _inflight_limit(self) -> Any:
         """The dispatcher's live limit for this server's READY life, if it keeps one."""
@@ -388,16 +344,14 @@ class ManagedServer:
             self._server_slots = slots.limit
         endpoint = Endpoint(self.name, spec.base_url, slots.limit,
                             queueing=lambda: self.sglang.queueing,
-                            tokens_at=self._sglang_tokens_at)
+                            tokens_at=self.progress_reader.tokens_at)
         draining = anyio.Event()
         serve_done = anyio.Event()
         serve_scope = anyio.CancelScope()
         decision = Decision()
         rule = HangRule(anyio.current_time())
         self._life_progress = rule.life
-        self._said_no_token_signal = False
-        if not self.dispatch.stream and not metrics_enabled(spec.argv):
-            self._read_progress()      # says at once that there is no token signal
+        self.progress_reader.new_life(spec.argv)
 
         async def serve() -> None:
             try:
@@ -419,7 +373,7 @@ class ManagedServer:
                         watch.start_soon(watch_exit, proc, decision, self.ctx.exit_poll_s)
                         watch.start_soon(watch_health, self.name, self.ctx.client,
                                          spec.base_url, self.servers, decision, log)
-                        watch.start_soon(watch_progress, self._read_progress, self.servers,
+                        watch.start_soon(watch_progress, self.progress_reader.read, self.servers,
                                          decision, rule)
                         watch.start_soon(watch_requests, self._wait_request, decision)
                         watch.start_soon(self.sglang.watch, self.ctx.client, spec.base_url,

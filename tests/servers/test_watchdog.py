@@ -130,7 +130,7 @@ async def test_unstreamed_without_metrics_derives_the_timeout_from_the_speed(
         tmp_path: Path) -> None:
     d = Dispatcher()
     server = _server(tmp_path, d, DispatchSection(stream=False))
-    r = server._read_progress()
+    r = server.progress_reader.read()
     assert not r.token_signal
     # No speed measured yet: the request timeout.
     assert r.derived_timeout_s == DispatchSection().request_timeout_s
@@ -138,16 +138,16 @@ async def test_unstreamed_without_metrics_derives_the_timeout_from_the_speed(
     assert d.p.rates is not None
     d.p.rates.add(time.time(), 10, 200 * 60)
     d.p.completed = 10
-    r = server._read_progress()
+    r = server.progress_reader.read()
     assert r.derived_timeout_s is not None and abs(r.derived_timeout_s - 40.0) < 2.0
     # A hang stops the completions: the speed is kept, the timeout does not stretch.
     d.p.rates = CompletionRateWindow(60.0, time.time() - 60)
-    r = server._read_progress()
+    r = server.progress_reader.read()
     assert r.derived_timeout_s is not None and abs(r.derived_timeout_s - 40.0) < 2.0
 
 
 async def test_streamed_is_a_token_signal(tmp_path: Path) -> None:
     d = Dispatcher()
     d.p.last_token_at = 12.5
-    r = _server(tmp_path, d, DispatchSection(stream=True))._read_progress()
+    r = _server(tmp_path, d, DispatchSection(stream=True)).progress_reader.read()
     assert r.token_signal and r.token_at == 12.5 and r.derived_timeout_s is None
