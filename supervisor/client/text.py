@@ -155,6 +155,9 @@ def report(s: c.Status, source: str) -> str:
             out.append(f"           {sglang_line(srv)}")
         elif srv.sglang_error:      # not read at all: why (metrics switched off: blind)
             out.append(f"           sglang   {srv.sglang_error}")
+        if srv.waiting:
+            out.append(f"           {srv.waiting} waiting: silent while the server streams "
+                       "for others (queued or retracted by SGLang)")
         if srv.inflight_limit is not None and srv.inflight_limit < srv.max_running:
             out.append(f"           in-flight limit {srv.inflight_limit} of {srv.max_running}"
                        f": {srv.inflight_limit_reason or 'lowered by the saturation guard'}")

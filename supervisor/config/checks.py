@@ -59,8 +59,11 @@ def validate(cfg: JobConfig) -> None:
             )
     for name in ("startup_timeout_s", "health_interval_s", "health_timeout_s", "hang_timeout_s",
                  "stop_grace_s", "drain_timeout_s", "backoff_initial_s", "backoff_max_s",
-                 "failure_window_s"):
+                 "failure_window_s", "served_after_s"):
         positive(f"servers.{name}", getattr(s, name))
+    if s.max_unserved_failures < 0:
+        raise ConfigError(f"servers.max_unserved_failures: must be >= 0 (0 = never), "
+                          f"got {s.max_unserved_failures}")
     positive("servers.health_failures", s.health_failures)
     positive("servers.max_failures", s.max_failures)
     _check_ports(s)
@@ -84,6 +87,9 @@ def validate(cfg: JobConfig) -> None:
     positive("dispatch.breaker_window", d.breaker_window)
     positive("dispatch.stall_s", d.stall_s)
     positive("dispatch.stall_hang_window_s", d.stall_hang_window_s)
+    if not d.wait_s >= d.stall_s:
+        raise ConfigError(f"dispatch.wait_s: must be at least dispatch.stall_s "
+                          f"({d.stall_s:g}), got {d.wait_s}")
     if d.stall_hang_count < 0:
         raise ConfigError(f"dispatch.stall_hang_count: must be >= 0 (0 = never), "
                           f"got {d.stall_hang_count}")

@@ -75,7 +75,11 @@ class ServersSection:
     # server may answer 200 after 15 s; a shorter probe would count that as a failure.
     health_timeout_s: float = 30.0
     health_failures: int = 3
-    # Requests in flight but none completing for this long means the server is hung.
+    # Hung: requests in flight and no token from the server for this long (none of its
+    # streams produced one, nor SGLang's decode-token counter moved). Completions never
+    # decide it: a long thinking answer takes many minutes. Without either token signal
+    # (dispatch.stream off and no --enable-metrics), no completion for the longest answer
+    # at the measured speed (servers/hang_rule.py), never less than this.
     hang_timeout_s: float = 600.0
     stop_grace_s: float = 30.0
     drain_timeout_s: float = 300.0
@@ -84,6 +88,11 @@ class ServersSection:
     # More than max_failures failures within failure_window_s → FAILED until an operator acts.
     max_failures: int = 5
     failure_window_s: float = 1800.0
+    # ... or this many lives in a row ended in failure without serving (0: never): a life
+    # served when its token progress lasted served_after_s. A hang caught only after
+    # hang_timeout_s never fills the window above; this count still ends the loop.
+    max_unserved_failures: int = 5
+    served_after_s: float = 300.0
 
     @property
     def gpu_list(self) -> tuple[int, ...]:
@@ -130,9 +139,15 @@ class DispatchSection:
     # decodes: stalls and loops are aborted on the server by id. False: one plain POST per
     # answer (a server or proxy that does not stream).
     stream: bool = True
-    # A streamed request with no new token for this long is aborted and retried (an
-    # attempt counted); several on one server mark it hung (dispatch/stall_watch.py).
+    # A streamed request with no new token for this long, while its server makes no token
+    # for anyone, is stalled: aborted and retried (an attempt counted; on a server that is
+    # queueing or retracting, requeued without one); several on one server mark it hung
+    # (dispatch/stall_watch.py).
     stall_s: float = 120.0
+    # A streamed request silent while its server streams for others is waiting (SGLang
+    # queued it by KV budget, retracted it, or it sits behind a long prefill): aborted only
+    # after this long without a token, and never counted toward a hang.
+    wait_s: float = 1800.0
     # This many stalled requests on one server within stall_hang_window_s mark it hung
     # (restarted as a hang). 0: never.
     stall_hang_count: int = 3

@@ -240,6 +240,12 @@ class ServerStatus(Record):
     # and why; None while the server is not serving.
     inflight_limit: int | None = None
     inflight_limit_reason: str | None = None
+    # Streamed requests silent while the server streams for others: waiting in SGLang's
+    # queue (KV budget) or retracted, not stalled; aborted only past dispatch.wait_s.
+    waiting: int = 0
+    # Lives in a row that ended in failure without serving (servers.max_unserved_failures
+    # of them: FAILED).
+    unserved_in_row: int = 0
 
 
 @dataclass(frozen=True)

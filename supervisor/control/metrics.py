@@ -172,6 +172,13 @@ class _StatusCollector(Collector):
         for srv in s.servers:
             in_flight.add_metric([srv.name], srv.in_flight)
         yield in_flight
+        waiting = GaugeMetricFamily("dflash_server_waiting_requests", "Streamed requests "
+                                    "silent while the server streams for others (queued or "
+                                    "retracted by SGLang: waiting, not stalled)",
+                                    labels=["server"])
+        for srv in s.servers:
+            waiting.add_metric([srv.name], srv.waiting)
+        yield waiting
         yield from self._sglang(s)
         states = GaugeMetricFamily("dflash_servers", "Servers by state", labels=["state"])
         for st in c.ServerState:

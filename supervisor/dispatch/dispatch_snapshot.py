@@ -21,6 +21,10 @@ class ServerProgress:
     errors: int = 0
     last_error: str | None = None
     rates: CompletionRateWindow | None = None
+    # The newest token any of its streams produced this life (monotonic; None: none yet),
+    # and how many of its streams wait while it streams for others (stream_deadlines.py).
+    last_token_at: float | None = None
+    waiting: int = 0
     # Set when enough of its requests stalled (stall_watch.py): the fleet's progress watcher
     # restarts the server with this reason. Cleared when the next life starts serving.
     hung: str | None = None

@@ -48,7 +48,8 @@ RULES: dict[str, FoldRule] = {
                                      sample=("prompt", "rid", "part", "tokens", "saved",
                                              "snippet"),
                                      tally="part"),
-    EventKind.REQUEST_STALLED: FoldRule(sums=("tokens",), sample=("prompt", "rid", "tokens"),
+    EventKind.REQUEST_STALLED: FoldRule(sums=("tokens",),
+                                        sample=("prompt", "rid", "tokens", "waited"),
                                         latest=("stall_s",)),
 }
 

@@ -68,8 +68,9 @@ class Feeding:
 
     async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None:
         serving = Serving(endpoint, limit=InFlightLimit(endpoint.max_running))
-        # A new life of the server: its stalls so far were its last life's.
-        self.figures.progress(endpoint.name).hung = None
+        # A new life of the server: its stalls and tokens so far were its last life's.
+        progress = self.figures.progress(endpoint.name)
+        progress.hung, progress.last_token_at, progress.waiting = None, None, 0
         self.stalls.reset(endpoint.name)
         key = id(serving)
         self.serving[key] = serving
@@ -78,7 +79,11 @@ class Feeding:
         send, recv = anyio.create_memory_object_stream[ClaimedPrompt](endpoint.max_running)
         # Aborts of stalled streams go on a connection of their own (the workers' are busy).
         aborts = worker_client(ABORT_TIMEOUT_S)
-        serving.deadlines = StreamDeadlines(partial(abort_request, aborts, endpoint.base_url))
+        # The sweeper keeps the server's token clock on `progress` (the hang watchdog's
+        # signal) and tells waiting streams from stalled ones by it and SGLang's counter.
+        serving.deadlines = StreamDeadlines(partial(abort_request, aborts, endpoint.base_url),
+                                            progress=progress,
+                                            server_tokens_at=endpoint.tokens_at)
         try:
             async with anyio.create_task_group() as clock:
                 clock.start_soon(serving.deadlines.run)
@@ -95,6 +100,7 @@ class Feeding:
                     # buffer.
                 clock.cancel_scope.cancel()
         finally:
+            progress.waiting = 0
             with anyio.CancelScope(shield=True):
                 # First: the requeue below may raise (a full disk) and must not leak it.
                 await aborts.close()

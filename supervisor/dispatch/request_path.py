@@ -116,7 +116,8 @@ class RequestPath:
                 streamed = await stream_chat(client, endpoint.base_url, body, rid,
                                              stall_s=d.stall_s, timeout_s=timeout,
                                              watch=StreamLoopWatch(),
-                                             deadlines=serving.deadlines, sa=sa)
+                                             deadlines=serving.deadlines, sa=sa,
+                                             wait_s=d.wait_s)
                 answer, gone = streamed.answer, streamed.gone
             else:
                 async with client.post(endpoint.base_url + "/v1/chat/completions",
@@ -145,6 +146,10 @@ class RequestPath:
             self._watched(endpoint.name, prompt.id, rid, streamed, max_tokens)
         outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started, finished,
                                 aborted_loop=streamed is not None and streamed.loop is not None)
+        if streamed is not None and streamed.stalled and endpoint.queueing():
+            # SGLang queues or retracts on this server: the silence was the server's
+            # over-commitment, not the prompt's fault. Back to pending, no attempt counted.
+            outcome = Requeue(prompt.id)
         waste: list[Outcome | Wasted] = []
         if isinstance(answer, Retryable) and not answer.tokens and sa.tokens:
             # Tokens streamed before a stall, an error chunk, a timeout or a lost connection
@@ -165,16 +170,22 @@ class RequestPath:
         """What watching the stream found: a stall (event; enough of them and the server is
         hung) or a loop aborted while it ran (event; tokens saved)."""
         f = self.figures.streamed
-        stall_s = self.live.config.dispatch.stall_s
+        d = self.live.config.dispatch
         if streamed.stalled:
             self.figures.streamed = StreamFigures(f.stalls + 1, f.loops_aborted,
                                                   f.loop_tokens_saved)
-            log.warning("%s: prompt %s stalled after %d tokens (no token for %g s): aborted "
-                        "as %s, will be retried", server, prompt_id, streamed.tokens,
-                        stall_s, rid)
+            silent = d.stall_s if streamed.server_silent else d.wait_s
+            log.warning("%s: prompt %s stalled after %d tokens (no token for %g s%s): aborted "
+                        "as %s, will be retried", server, prompt_id, streamed.tokens, silent,
+                        "" if streamed.server_silent else
+                        ", waiting while the server streamed for others", rid)
             self.event(EventKind.REQUEST_STALLED, server,
                        {"prompt": prompt_id, "rid": rid, "tokens": streamed.tokens,
-                        "stall_s": stall_s}, "supervisor")
+                        "stall_s": silent, "waited": streamed.waited}, "supervisor")
+            # Only a silent server's stalls add up to a hang: a request that waited while
+            # the server streamed for others says nothing against the server.
+            if not streamed.server_silent:
+                return
             hung = self.stalls.stalled(server, time.monotonic())
             p = self.figures.progress(server)
             if hung is not None and p.hung is None:

@@ -1,7 +1,12 @@
 """Stalled requests per server: when enough of them pile up, the server is hung.
 
-One stalled request (no token for dispatch.stall_s) can be the request's own bad luck, and
-it is simply aborted and retried. Several on one server within a few minutes, while its
+Only stalls of a silent server count here: a request with no token for dispatch.stall_s
+while the server made no token for anyone (stream_deadlines.py `server_silent`). A request
+silent while its server streams for others is waiting (queued by KV budget, retracted),
+never a sign of a hang: counting those restarted busy servers and threw their work away.
+
+One stalled request can be the request's own bad luck, and it is simply aborted and
+retried. Several on one server within a few minutes, while its
 health checks still pass, is the server: a scheduler stuck on a batch stalls every request
 in it. The fleet's progress watcher (servers/watchers.py watch_progress) then restarts it.
 The plain progress watch cannot see this by itself: each stall ends its request (as a

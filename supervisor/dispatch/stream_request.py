@@ -6,8 +6,9 @@ that request (`sglang/srt/entrypoints/http_server.py` abort_request, TokenizerMa
 .abort_request in `sglang/srt/managers/tokenizer_manager.py`), and the stream then ends with
 finish_reason "abort" and the usage of what was produced. While the chunks arrive:
 
-- stall: no token for `stall_s` -> abort (by the server's sweeper, stream_deadlines.py), and
-  the answer is a retry (kind "stall");
+- stall: no token for `stall_s` while the server makes none for anyone -> abort (by the
+  server's sweeper, stream_deadlines.py), and the answer is a retry (kind "stall"); silent
+  while the server streams for others, it is waiting, aborted only past `wait_s`;
 - loop: the streamed loop watch (stream_loop_watch.py) confirms a loop -> abort, read the
   stream's end for the exact token count (at most LOOP_DRAIN_S), and the answer is the text
   so far recorded as cut off (finish_reason "length", flagged loop);
@@ -27,7 +28,7 @@ import anyio
 
 from supervisor.dispatch.completion import Answer, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
-from supervisor.dispatch.stream_deadlines import StreamDeadlines
+from supervisor.dispatch.stream_deadlines import StreamDeadline, StreamDeadlines
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
 from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, request_timeout,
                                                wire_failure)
@@ -46,6 +47,8 @@ class Streamed:
     stalled: bool = False
     loop: LoopVerdict | None = None
     aborted: bool = False            # we sent /abort_request for it
+    waited: bool = False             # it waited while its server streamed for others
+    server_silent: bool = False      # stalled while the server made no token for anyone
 
     @property
     def tokens(self) -> int:
@@ -90,63 +93,84 @@ async def _lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
 
 async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes, rid: str, *,
                       stall_s: float, timeout_s: float, watch: StreamLoopWatch | None,
-                      deadlines: StreamDeadlines, sa: StreamAnswer | None = None) -> Streamed:
+                      deadlines: StreamDeadlines, sa: StreamAnswer | None = None,
+                      wait_s: float = float("inf")) -> Streamed:
     """`sa` may be passed in so a caller cancelled meanwhile still knows the tokens so far."""
     sa = sa if sa is not None else StreamAnswer()
     out = Streamed(None, sa)
     give_up_at = anyio.current_time() + timeout_s
-    try:
-        async with client.post(base_url + "/v1/chat/completions", data=body,
-                               headers=JSON_HEADERS, timeout=request_timeout(timeout_s)) as resp:
-            if resp.status != 200 or not resp.headers.get(
-                    "content-type", "").startswith("text/event-stream"):
-                # An error before the stream began (SGLang sends it as plain JSON), or a
-                # server that answers a streamed request in one piece: judged as unstreamed.
-                text = (await resp.read()).decode("utf-8", "replace")
-                out.answer = classify_response(resp.status, text)
+    # Watched from the moment it is sent, not from its first chunk: SGLang answers the
+    # headers only with the first chunk (`sglang/srt/entrypoints/openai/serving_chat.py`
+    # _handle_streaming_request awaits the generator's first item before its
+    # StreamingResponse), so a request waiting in its queue is silent before any header.
+    with deadlines.watch(rid, stall_s, give_up_at, wait_s) as d:
+        try:
+            with d.scope:
+                async with client.post(base_url + "/v1/chat/completions", data=body,
+                                       headers=JSON_HEADERS,
+                                       timeout=request_timeout(timeout_s)) as resp:
+                    if resp.status != 200 or not resp.headers.get(
+                            "content-type", "").startswith("text/event-stream"):
+                        # An error before the stream began (SGLang sends it as plain JSON),
+                        # or a server that answers a streamed request in one piece: judged
+                        # as unstreamed.
+                        text = (await resp.read()).decode("utf-8", "replace")
+                        out.answer = classify_response(resp.status, text)
+                        if d.expired is None:
+                            return out
+                    else:
+                        await _watch(client, base_url, resp, rid, out, watch, deadlines, d)
+        except WIRE_ERRORS as exc:
+            if d.expired is None:
+                out.answer, out.gone = wire_failure(exc, timeout_s)
                 return out
-            await _watch(client, base_url, resp, rid, out, watch, stall_s, timeout_s,
-                         give_up_at, deadlines)
-    except WIRE_ERRORS as exc:
-        out.answer, out.gone = wire_failure(exc, timeout_s)
-        return out
+        _expired(out, d, rid, stall_s, timeout_s)
     if out.answer is None:
         out.answer = sa.answer(finish_reason="length" if out.loop is not None else None)
     return out
 
 
 async def _watch(client: aiohttp.ClientSession, base_url: str, resp: aiohttp.ClientResponse,
-                 rid: str, out: Streamed, watch: StreamLoopWatch | None, stall_s: float,
-                 timeout_s: float, give_up_at: float, deadlines: StreamDeadlines) -> None:
+                 rid: str, out: Streamed, watch: StreamLoopWatch | None,
+                 deadlines: StreamDeadlines, d: StreamDeadline) -> None:
     """Read the stream, each token pushing its deadline back; the server's sweeper
     (stream_deadlines.py) aborts it on a stall or a timeout, while it is still open. A loop
     is aborted from here, on a connection of its own while the stream stays open: the
     stream then ends as the server ends it (finish_reason abort and the usage: the exact
     tokens it cost), or is cut after LOOP_DRAIN_S."""
     sa = out.stream
-    with deadlines.watch(rid, stall_s, give_up_at) as d, d.scope:
-        async for line in _lines(resp):
-            got = sa.feed(line)
-            if got is None:
-                if sa.nonsense is not None:
-                    break
-                continue                 # after an error chunk SGLang sends the usage, then
-                                         # [DONE]: read on, the connection stays reusable
-            if d.cut_at is not None:
-                continue                 # aborted: read on to the server's end of it
-            d.last_token = anyio.current_time()
-            if watch is not None and watch.feed(
-                    got[0], got[1], generated_tokens=sa.running_tokens) is not None:
-                out.loop = watch.verdict
-                out.aborted = True
-                deadlines.drain(d, LOOP_DRAIN_S)
-                await abort_request(client, base_url, rid)
+    async for line in _lines(resp):
+        got = sa.feed(line)
+        if got is None:
+            if sa.nonsense is not None:
+                break
+            continue                 # after an error chunk SGLang sends the usage, then
+                                     # [DONE]: read on, the connection stays reusable
+        if d.cut_at is not None:
+            continue                 # aborted: read on to the server's end of it
+        d.last_token = anyio.current_time()
+        if watch is not None and watch.feed(
+                got[0], got[1], generated_tokens=sa.running_tokens) is not None:
+            out.loop = watch.verdict
+            out.aborted = True
+            deadlines.drain(d, LOOP_DRAIN_S)
+            await abort_request(client, base_url, rid)
+
+
+def _expired(out: Streamed, d: StreamDeadline, rid: str, stall_s: float,
+             timeout_s: float) -> None:
+    """What the sweeper's verdict makes of the answer (none: the stream ended by itself)."""
+    out.waited = d.waited
     if d.expired is None:
         return
+    sa = out.stream
     out.aborted = True
+    out.server_silent = d.server_silent
     if d.expired == "timeout":
         out.answer = Retryable(f"no answer within {timeout_s:g} s (streamed)", "timeout")
     else:
         out.stalled = True
-        out.answer = Retryable(f"stalled: no token for {stall_s:g} s after {sa.tokens} tokens "
-                               f"(aborted as {rid})", "stall")
+        silent = stall_s if d.server_silent else d.wait_s
+        why = "" if d.server_silent else ", waiting while the server streamed for others"
+        out.answer = Retryable(f"stalled: no token for {silent:g} s after {sa.tokens} tokens"
+                               f"{why} (aborted as {rid})", "stall")

@@ -50,7 +50,8 @@ def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
         tokens_per_joule=next((e.tokens_per_joule for e in (energy.servers if energy else ())
                                if e.server == s.name), None),
         **_sglang(s.sglang), inflight_limit=s.inflight_limit,
-        inflight_limit_reason=s.inflight_limit_reason)
+        inflight_limit_reason=s.inflight_limit_reason, waiting=s.waiting,
+        unserved_in_row=s.unserved_in_row)
 
 
 def _sglang(v: SglangView) -> dict[str, Any]:

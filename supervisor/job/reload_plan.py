@@ -27,7 +27,7 @@ LIVE = frozenset({
     "dispatch.stop_grace_s",
     "dispatch.breaker_error_rate", "dispatch.breaker_window", "dispatch.breaker_min_samples",
     # Read per request as it is sent (dispatcher._one).
-    "dispatch.stream", "dispatch.stall_s", "dispatch.stall_hang_count",
+    "dispatch.stream", "dispatch.stall_s", "dispatch.wait_s", "dispatch.stall_hang_count",
     "dispatch.stall_hang_window_s",
     # Read by each server's saturation guard at its next poll (servers/saturation_watch.py).
     "dispatch.saturation_guard", "dispatch.saturation_floor", "dispatch.saturation_calm_s",
@@ -39,7 +39,7 @@ LIVE = frozenset({
 SERVER_TIMINGS = frozenset({
     "startup_timeout_s", "health_interval_s", "health_timeout_s", "health_failures",
     "hang_timeout_s", "stop_grace_s", "drain_timeout_s", "backoff_initial_s", "backoff_max_s",
-    "max_failures", "failure_window_s",
+    "max_failures", "failure_window_s", "max_unserved_failures", "served_after_s",
 })
 ROLLING_PREFIXES = ("servers.flags.",)
 ROLLING = frozenset({"dispatch.max_in_flight_per_server"})

@@ -3,6 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
+
+
+def _never() -> bool:
+    return False
+
+
+def _unknown() -> float | None:
+    return None
 
 
 @dataclass(frozen=True)
@@ -10,3 +19,8 @@ class Endpoint:
     name: str          # "gpu0" (one per GPU or tensor-parallel group)
     base_url: str      # "http://127.0.0.1:30000"
     max_running: int   # the dispatcher keeps this many requests in flight
+    # From the server's SGLang /metrics (sglang_monitor.py), where it is read: whether it
+    # queues or retracts requests now (a stalled request there requeues without an attempt
+    # counted), and when its own decode-token counter last moved (monotonic).
+    queueing: Callable[[], bool] = _never
+    tokens_at: Callable[[], float | None] = _unknown

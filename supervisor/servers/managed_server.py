@@ -30,6 +30,7 @@ from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
                                                  describe_returncode)
+from supervisor.servers.hang_rule import HangRule, LifeProgress
 from supervisor.servers.health import probe
 from supervisor.servers.saturation_watch import SaturationWatch
 from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env,
@@ -41,6 +42,7 @@ from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_slots import server_slots
 from supervisor.servers.server_state import ServerSnapshot, ServerState, check_transition
+from supervisor.servers.progress_reading import ProgressReader
 from supervisor.servers.sglang_monitor import SglangMonitor
 from supervisor.servers.watchers import (Decision, Failure, Request, watch_exit, watch_health,
                                          watch_progress, watch_requests)
@@ -111,6 +113,13 @@ class ManagedServer:
                                           emit=self._add_event)
         self.sglang = SglangMonitor(name, clock=ctx.clock, emit=self._add_event,
                                     on_poll=self.saturation.on_poll)
+        # The READY life's progress span (None before it is READY): whether a failed life
+        # had served, for the restart policy's failure-loop count.
+        self._life_progress: LifeProgress | None = None
+        # What the hang watchdog reads each tick: tokens, or the derived completion rule.
+        self.progress_reader = ProgressReader(name, self._progress, self.sglang,
+                                              lambda: self.servers, lambda: self.dispatch,
+                                              lambda: self.live.max_tokens, ctx.clock)
 
     # -- what others see ----------------------------------------------------------------------
 
@@ -156,11 +165,19 @@ class ManagedServer:
             state_reason=self.state_reason,
             failures_in_window=self.policy.failures_in_window(self.ctx.monotonic()),
             sglang=self.sglang.view, ready_since=self.ready_since,
+            waiting=self._waiting(),
+            unserved_in_row=self.policy.unserved_in_row,
             **self._limit_fields(),
         )
 
     def _progress(self) -> Any:
         return self.ctx.dispatcher.progress(self.name)
+
+    def _waiting(self) -> int:
+        try:
+            return int(getattr(self._progress(), "waiting", 0))
+        except LookupError:
+            return 0
 
     def _inflight_limit(self) -> Any:
         """The dispatcher's live limit for this server's READY life, if it keeps one."""
@@ -244,6 +261,7 @@ class ManagedServer:
         self._starts += 1
         if self._starts > 1:
             self.restarts += 1
+        self._life_progress = None
         spec = self.spec
         await self._transition(S.STARTING, self._start_reason, self._start_actor,
                                argv=list(spec.argv), gpus=list(spec.gpus))
@@ -329,11 +347,16 @@ class ManagedServer:
                                                           None))
         if slots.source in ("server", "kv pool"):
             self._server_slots = slots.limit
-        endpoint = Endpoint(self.name, spec.base_url, slots.limit)
+        endpoint = Endpoint(self.name, spec.base_url, slots.limit,
+                            queueing=lambda: self.sglang.queueing,
+                            tokens_at=self.progress_reader.tokens_at)
         draining = anyio.Event()
         serve_done = anyio.Event()
         serve_scope = anyio.CancelScope()
         decision = Decision()
+        rule = HangRule(anyio.current_time())
+        self._life_progress = rule.life
+        self.progress_reader.new_life(spec.argv)
 
         async def serve() -> None:
             try:
@@ -356,8 +379,8 @@ class ManagedServer:
                         watch.start_soon(watch_exit, proc, decision, self.ctx.exit_poll_s)
                         watch.start_soon(watch_health, self.name, self.ctx.client,
                                          spec.base_url, self.servers, decision, log)
-                        watch.start_soon(watch_progress, self._progress, self.servers,
-                                         decision)
+                        watch.start_soon(watch_progress, self.progress_reader.read, self.servers,
+                                         decision, rule)
                         watch.start_soon(watch_requests, self._wait_request, decision)
                         watch.start_soon(self.sglang.watch, self.ctx.client, spec.base_url,
                                          spec.argv, self.servers.health_interval_s,
@@ -419,12 +442,15 @@ class ManagedServer:
             await self._transition(S.FAILED, f"{reason}; restarting cannot help, waiting for "
                                    "an operator", **detail)
             return
-        decision = self.policy.record_failure(self.ctx.monotonic())
+        life = self._life_progress
+        served = life is not None and life.span_s >= self.servers.served_after_s
+        decision = self.policy.record_failure(self.ctx.monotonic(), served=served)
         detail["failures_in_window"] = decision.failures_in_window
+        detail["unserved_in_row"] = decision.unserved_in_row
+        detail["served_s"] = round(life.span_s, 1) if life is not None else 0.0
         if decision.give_up:
             await self._transition(
-                S.FAILED, f"{reason}; {decision.failures_in_window} failures within "
-                f"{self.policy.window_s:g} s, waiting for an operator", **detail)
+                S.FAILED, f"{reason}; {decision.reason}, waiting for an operator", **detail)
             return
         await self._transition(S.BACKOFF, f"{reason}; restarting in {decision.delay_s:.1f} s",
                                backoff_s=round(decision.delay_s, 3), **detail)

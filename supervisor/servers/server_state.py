@@ -69,3 +69,8 @@ class ServerSnapshot:
     # When it last became READY; kept while it drains (it still answers its requests), None
     # once it stops. The TUI's and `status`'s "up".
     ready_since: float | None = None
+    # Streamed requests silent while the server streams for others (queued or retracted
+    # by SGLang): waiting, not stalled (dispatch/stream_deadlines.py).
+    waiting: int = 0
+    # Lives in a row that ended in failure without serving (restart_policy.py).
+    unserved_in_row: int = 0

@@ -9,6 +9,13 @@ What SGLang 0.5.23 exports, and how (sglang/srt/observability/metrics_collector.
 - labels `model_name, engine_type, tp_rank, pp_rank, moe_ep_rank`, plus `dp_rank` under a
   data-parallel controller (every scheduler of data or attention parallelism has its own)
   and `priority` with priority scheduling;
+- the counter `sglang:realtime_tokens_total{mode="decode"}`, bumped by every decode step
+  (`sglang/srt/managers/scheduler_components/metrics_reporter.py` report_decode_stats ->
+  `increment_realtime_tokens`, metrics_collector.py:1033): the one figure that moves while
+  answers are still being written. The tokenizer's `sglang:generation_tokens_total`
+  (labels `model_name, engine_type, is_streaming`) moves only when a request *finishes*
+  (`sglang/srt/managers/tokenizer_manager.py` collect_metrics, `if state.finished:` ->
+  observe_one_finished_request): it is read as a completion signal, not a token one;
 - by default only the first rank of each attention group reports (`is_stats_logging_rank`),
   but with `--enable-metrics-for-all-schedulers` every tensor-parallel rank reports the same
   batch; pipeline stages each report the same requests;
@@ -42,9 +49,13 @@ TOKEN_USAGE = "sglang:token_usage"
 GEN_THROUGHPUT = "sglang:gen_throughput"
 # The counter's family is `sglang:num_retracted_requests`; its sample carries `_total`.
 RETRACTED_TOTAL = "sglang:num_retracted_requests_total"
+# Per decode step (mode="decode"; the other modes count prefill): tokens while they are made.
+REALTIME_TOKENS = "sglang:realtime_tokens_total"
+# Per finished request, summed over `is_streaming`: moves only when answers end.
+GENERATION_TOKENS = "sglang:generation_tokens_total"
 
 _SUMMED = (RUNNING, QUEUED, GEN_THROUGHPUT, RETRACTED_TOTAL)
-_WANTED = frozenset((*_SUMMED, TOKEN_USAGE))
+_WANTED = frozenset((*_SUMMED, TOKEN_USAGE, REALTIME_TOKENS, GENERATION_TOKENS))
 
 
 @dataclass(frozen=True)
@@ -56,6 +67,8 @@ class SglangMetrics:
     token_usage: float | None = None        # 0..1, of the KV cache
     retractions_total: float | None = None  # since the server started
     gen_throughput: float | None = None     # token/s, SGLang's own live figure
+    decode_tokens_total: float | None = None    # realtime_tokens_total{mode="decode"}
+    generation_tokens_total: float | None = None  # tokens of finished requests
     # Whether the body had any SGLang metric at all: a server answering /metrics with
     # something else (or nothing yet) is not a server we poll.
     found: bool = False
@@ -78,7 +91,7 @@ class MetricsParseError(ValueError):
 
 
 def _wanted_lines(text: str) -> Iterable[str]:
-    """Only the sample lines of the five metrics we read. SGLang's /metrics also carries
+    """Only the sample lines of the metrics we read. SGLang's /metrics also carries
     dozens of histograms (hundreds of bucket lines): skipping them before parsing keeps a
     scrape cheap however many metrics a release adds."""
     for line in text.splitlines():
@@ -108,11 +121,18 @@ def parse_sglang_metrics(text: str) -> SglangMetrics:
                     continue
                 if sample.labels.get("priority", ""):
                     continue
+                if sample.name == REALTIME_TOKENS and sample.labels.get("mode") != "decode":
+                    continue
                 value = float(sample.value)
                 if not math.isfinite(value):
                     continue
                 groups = per_group[sample.name]
                 dp = sample.labels.get("dp_rank", "")
+                if sample.name == GENERATION_TOKENS:
+                    # The tokenizer's counter: one series per is_streaming value, no ranks.
+                    dp = f"{dp}/{sample.labels.get('is_streaming', '')}"
+                    groups[dp] = groups.get(dp, 0.0) + value
+                    continue
                 groups[dp] = max(groups.get(dp, value), value)
     except ValueError as exc:
         raise MetricsParseError(f"unreadable SGLang metrics: {exc}") from None
@@ -135,7 +155,9 @@ def parse_sglang_metrics(text: str) -> SglangMetrics:
     return SglangMetrics(
         running=as_int(running), queued=as_int(summed(QUEUED)),
         token_usage=max(usage.values()) if usage else None,
-        retractions_total=retracted, gen_throughput=summed(GEN_THROUGHPUT), found=found)
+        retractions_total=retracted, gen_throughput=summed(GEN_THROUGHPUT),
+        decode_tokens_total=summed(REALTIME_TOKENS),
+        generation_tokens_total=summed(GENERATION_TOKENS), found=found)
 
 
 async def scrape(client: httpx.AsyncClient, base_url: str, timeout_s: float) -> Scrape:

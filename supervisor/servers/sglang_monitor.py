@@ -9,6 +9,11 @@ them is asked once per life, not every interval, and its status says the detecti
 reads them is blind. With the flag, a failed scrape is retried at every interval. Each poll
 starts when the previous one has finished and the interval has passed, so a slow server
 slows its polling down instead of piling up scrapes.
+
+It also keeps SGLang's token clock for the hang watchdog (watchers.py): when its generated-
+token counter last moved, and which counter that is ("decode": per decode step, a token
+signal; "finished": per finished request only, a completion signal), and says whether the
+server is queueing or retracting now (a silent request there is waiting, not stuck).
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ import httpx
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.overcommit import (Observation, OvercommitChange, OvercommitDetector,
                                            OvercommitPolicy)
-from supervisor.servers.sglang_metrics import Scrape, scrape
+from supervisor.servers.sglang_metrics import Scrape, SglangMetrics, scrape
 from supervisor.servers.sglang_view import SglangView
 
 log = logging.getLogger("supervisor.servers")
@@ -63,6 +68,11 @@ class SglangMonitor:
         self._emit = emit               # async (kind, detail): one row in the events table
         self._detector = OvercommitDetector(self.policy)
         self._last: tuple[float, float] | None = None   # (monotonic, retractions_total)
+        # SGLang's token counter this life: its kind, last value, and when it last moved
+        # (monotonic; the first reading counts as a move: the life has just begun).
+        self.token_counter: str | None = None
+        self.tokens_moved_at: float | None = None
+        self._tokens: float | None = None
 
     async def watch(self, client: httpx.AsyncClient, base_url: str, argv: Sequence[str],
                     interval_s: float, in_flight: Callable[[], int],
@@ -102,6 +112,7 @@ class SglangMonitor:
                     and m.retractions_total >= self._last[1]:
                 rate = (m.retractions_total - self._last[1]) / (now - self._last[0]) * 60.0
             self._last = (now, m.retractions_total)
+        self._token_clock(m, now)
         change = self._detector.observe(Observation(
             at=now, running=m.running, queued=m.queued,
             retractions_total=m.retractions_total, in_flight=in_flight))
@@ -118,12 +129,33 @@ class SglangMonitor:
         if self._on_poll is not None:
             await self._on_poll(self.view, now, in_flight)
 
+    def _token_clock(self, m: SglangMetrics, now: float) -> None:
+        kind, value = ("decode", m.decode_tokens_total) if m.decode_tokens_total is not None \
+            else ("finished", m.generation_tokens_total)
+        if value is None:
+            return
+        if kind != self.token_counter or self._tokens is None or value > self._tokens:
+            self.tokens_moved_at = now
+        self.token_counter, self._tokens = kind, value
+
+    @property
+    def queueing(self) -> bool:
+        """SGLang holds requests back now: some wait in its queue, it retracted some since
+        the last poll, or it is flagged over-committed. A request silent there is waiting
+        for KV room, not stuck (SGLang admits by KV token budget, and retracts running
+        requests back to the queue when the pool fills: `sglang/srt/managers/scheduler.py`
+        get_next_batch_to_run, schedule_batch.py retract_decode)."""
+        v = self.view
+        return bool(self._detector.overcommitted or (v.queued or 0) > 0
+                    or (v.retractions_per_min or 0) > 0)
+
     async def end_life(self) -> None:
         """The server left READY: its figures are gone, and a flag that was on ends here
         (the next life starts with a fresh detector and a fresh counter)."""
         was_on = self._detector.overcommitted
         self._detector = OvercommitDetector(self.policy)
         self._last = None
+        self.token_counter = self.tokens_moved_at = self._tokens = None
         self.view = SglangView()
         if was_on:
             await self._say(OvercommitChange(False, "the server left READY"), None)

@@ -4,9 +4,10 @@ server, each ending the server's life by deciding why (the first decision wins).
 - exit: the process ended (polled: the process group is ours, a wait in a thread would
   pin a worker per server).
 - health: /health_generate failing `health_failures` times in a row.
-- progress: requests in flight and none completing for `hang_timeout_s` (a server can
-  answer health checks and make no progress), or the dispatcher saw several of its streamed
-  requests stall (dispatch/stall_watch.py sets `hung` on the server's progress).
+- progress: requests in flight and no token from the server for `hang_timeout_s` (a server
+  can answer health checks and make no progress; hang_rule.py), or the dispatcher saw
+  several of its streamed requests stall while the server made no token for anyone
+  (dispatch/stall_watch.py sets `hung` on the server's progress).
 - requests: an operator's restart (drained first by the server's life cycle).
 """
 
@@ -20,6 +21,7 @@ import httpx
 
 from supervisor.config import ServersSection
 from supervisor.servers.exit_classifier import Trigger, describe_returncode
+from supervisor.servers.hang_rule import HangRule, ProgressReading
 from supervisor.servers.health import probe
 from supervisor.servers.process_group import ServerProcess
 
@@ -80,35 +82,21 @@ async def watch_health(name: str, client: httpx.AsyncClient, base_url: str,
             return
 
 
-async def watch_progress(progress: Callable[[], Any], s: ServersSection,
-                         decision: Decision) -> None:
-    """Hung-but-healthy: requests in flight and the completed count not moving. Measured
-    from when we first saw the server busy without progress, so a job that was paused for
-    an hour does not look hung the moment work resumes. `progress()` returns the server's
-    dispatch counters (in_flight, completed)."""
+async def watch_progress(read: Callable[[], ProgressReading], s: ServersSection,
+                         decision: Decision, rule: HangRule) -> None:
+    """Hung-but-healthy: requests in flight and no token for `hang_timeout_s`
+    (hang_rule.py says what counts), or the dispatcher saw its streamed requests stall
+    while the server made no token for anyone (dispatch/stall_watch.py sets `hung`)."""
     interval = max(0.05, min(s.health_interval_s, s.hang_timeout_s / 4))
-    busy_since: float | None = None
-    last_completed: int | None = None
     while True:
         await anyio.sleep(interval)
-        p = progress()
-        hung = getattr(p, "hung", None)
-        if hung:
-            # The dispatcher saw requests stall one by one (dispatch/stall_watch.py); each
-            # stall ends its request, so the completed count below keeps moving.
-            decision.decide(Failure(Trigger.PROGRESS, hung))
+        r = read()
+        if r.hung:
+            decision.decide(Failure(Trigger.PROGRESS, r.hung))
             return
-        now = anyio.current_time()
-        if p.in_flight == 0 or p.completed != last_completed:
-            last_completed = p.completed
-            busy_since = now if p.in_flight > 0 else None
-            continue
-        if busy_since is None:
-            busy_since = now
-        if now - busy_since >= s.hang_timeout_s:
-            decision.decide(Failure(
-                Trigger.PROGRESS,
-                f"{p.in_flight} requests in flight, none completed for {now - busy_since:.0f} s"))
+        reason = rule.observe(r, anyio.current_time(), s.hang_timeout_s)
+        if reason is not None:
+            decision.decide(Failure(Trigger.PROGRESS, reason))
             return
 
 

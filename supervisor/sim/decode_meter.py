@@ -124,6 +124,11 @@ class DecodeMeter:
         with self.generating(), anyio.move_on_after(tokens / self.rate):
             await abort.wait()
 
+    def generated(self) -> float:
+        """Tokens decoded since start, up to now."""
+        self._settle()
+        return self._tokens
+
     def read(self) -> float:
         """The gauge now: a decode-stats tick first if 40 steps have passed since the last."""
         now = self._settle()

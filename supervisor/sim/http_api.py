@@ -133,7 +133,8 @@ def scheduler_sample(rt: SimRuntime) -> SchedulerSample:
         num_running_reqs=s.running, num_queue_reqs=s.queued,
         gen_throughput=rt.meter.read(), token_usage=round(used / pool, 2),
         num_used_tokens=used, max_total_num_tokens=pool,
-        num_retracted_reqs=rt.retraction.last_retracted)
+        num_retracted_reqs=rt.retraction.last_retracted,
+        decode_tokens_total=rt.meter.generated())
 
 
 def _number(value: Any) -> bool:

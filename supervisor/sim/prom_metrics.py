@@ -49,6 +49,7 @@ class SchedulerSample:
     max_total_num_tokens: int
     num_retracted_reqs: int
     cache_hit_rate: float = 0.0
+    decode_tokens_total: float = 0.0     # tokens decoded since start (realtime_tokens_total)
 
 
 def scheduler_labels(model_name: str, dp_size: int) -> dict[str, str]:
@@ -104,6 +105,17 @@ class SimMetrics:
             name="sglang:num_retracted_output_tokens_total",
             documentation="Total number of retracted output tokens.", labelnames=names)
 
+        # Bumped every decode step by the tokens it made (`metrics_reporter.py`
+        # report_decode_stats -> increment_realtime_tokens): the counter that moves while
+        # answers are being written; the tokenizer's generation_tokens_total moves only
+        # when one finishes.
+        self.realtime_tokens_total = Counter(
+            name="sglang:realtime_tokens_total",
+            documentation="Total number of tokens processed (updated on each log interval). "
+                          "mode: prefill_compute, prefill_cache, decode.",
+            labelnames=names + ["mode"])
+        self._decode_counted = 0
+
         # The tokenizer manager's collector: no rank labels, plus is_streaming.
         self.tokenizer_labels = {"model_name": model_name, "engine_type": "unified"}
         tok_names = list(self.tokenizer_labels) + ["is_streaming"]
@@ -131,6 +143,11 @@ class SimMetrics:
         self.full_token_usage.labels(**lab).set(s.token_usage)
         self.num_used_tokens.labels(**lab).set(s.num_used_tokens)
         self.num_retracted_reqs.labels(**lab).set(s.num_retracted_reqs)
+        decoded = int(s.decode_tokens_total)
+        if decoded > self._decode_counted:
+            self.realtime_tokens_total.labels(**lab, mode="decode").inc(
+                decoded - self._decode_counted)
+            self._decode_counted = decoded
 
     def retracted(self, reqs: int, input_tokens: int, output_tokens: int) -> None:
         lab = self.labels

@@ -12,6 +12,7 @@ from supervisor.config import ConfigError, ServersSection
 from supervisor.dispatch.dispatch_snapshot import ServerProgress
 from supervisor.dispatch.stall_watch import HANG_STALLS, HANG_WINDOW_S, StallWindow
 from supervisor.servers.exit_classifier import Trigger
+from supervisor.servers.hang_rule import HangRule, ProgressReading
 from supervisor.servers.watchers import Decision, watch_progress
 from tests.fixtures.dispatching import job_config
 
@@ -42,14 +43,16 @@ async def test_the_progress_watcher_restarts_a_server_the_dispatcher_found_hung(
     servers = replace(ServersSection(count=1, model_path="m"), hang_timeout_s=3600.0,
                       health_interval_s=0.02)
 
-    def progress() -> ServerProgress:
+    def progress() -> ProgressReading:
         p.completed += 1
-        return p
+        return ProgressReading(in_flight=p.in_flight, token_at=anyio.current_time(),
+                               token_signal=True, completed=p.completed, hung=p.hung)
 
     decision = Decision()
     async with anyio.create_task_group() as tg:
         with decision.scope:
-            tg.start_soon(watch_progress, progress, servers, decision)
+            tg.start_soon(watch_progress, progress, servers, decision,
+                          HangRule(anyio.current_time()))
             await anyio.sleep(0.1)
             assert decision.outcome is None              # busy and completing: fine
             p.hung = "hang: 3 requests stalled within 300 s"

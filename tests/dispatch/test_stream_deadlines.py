@@ -90,3 +90,77 @@ async def test_a_stream_that_ends_in_time_is_left_alone() -> None:
             await anyio.sleep(0.3)           # past its deadline: it is no longer watched
             tg.cancel_scope.cancel()
     assert d.expired is None and server.aborted == []
+
+
+class Progress:
+    last_token_at: float | None = None
+    waiting: int = 0
+
+
+async def _talker(deadlines: StreamDeadlines, stop: anyio.Event, every: float = 0.05) -> None:
+    """A stream of the same server that keeps making tokens until `stop`."""
+    with deadlines.watch("talker#1#00", 60.0, anyio.current_time() + 60) as d, d.scope:
+        while not stop.is_set():
+            await anyio.sleep(every)
+            d.last_token = anyio.current_time()
+
+
+async def test_a_silent_stream_while_the_server_streams_for_others_waits_until_wait_s() -> None:
+    # SGLang queued or retracted it: silent past stall_s, while another stream of the same
+    # server makes tokens. Waiting, shown, not aborted before wait_s; then aborted, and not
+    # as a silent server's stall.
+    server = Server(ends_on_abort=True)
+    progress = Progress()
+    deadlines = StreamDeadlines(server.abort, progress=progress)
+    stop = anyio.Event()
+    seen_waiting = 0
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(deadlines.run)
+            tg.start_soon(_talker, deadlines, stop)
+            t0 = anyio.current_time()
+            with deadlines.watch("p1#1#ab", 0.2, t0 + 60, wait_s=1.0) as d, d.scope:
+                while not server.ended.is_set():
+                    await anyio.sleep(0.05)
+                    seen_waiting = max(seen_waiting, progress.waiting)
+            took = anyio.current_time() - t0
+            stop.set()
+            tg.cancel_scope.cancel()
+    assert d.expired == "stall" and d.waited and not d.server_silent
+    assert server.aborted == ["p1#1#ab"]
+    assert took >= 1.0, took                     # not at stall_s (0.2 s): at wait_s
+    assert seen_waiting == 1
+    assert progress.last_token_at is not None and progress.last_token_at > t0
+
+
+async def test_a_silent_stream_on_a_silent_server_is_a_stall_at_stall_s() -> None:
+    server = Server(ends_on_abort=True)
+    progress = Progress()
+    deadlines = StreamDeadlines(server.abort, progress=progress)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(deadlines.run)
+            t0 = anyio.current_time()
+            with deadlines.watch("p1#1#ab", 0.2, t0 + 60, wait_s=5.0) as d, d.scope:
+                await server.ended.wait()
+            took = anyio.current_time() - t0
+            tg.cancel_scope.cancel()
+    assert d.expired == "stall" and d.server_silent and not d.waited
+    assert 0.2 <= took < 1.0
+    assert progress.waiting == 0 and progress.last_token_at is None   # no token was made
+
+
+async def test_sglangs_own_token_counter_moving_means_waiting_too() -> None:
+    # Unstreamed neighbours (or another client) keep the server busy: its decode counter
+    # moves, so the lone silent stream is waiting, not stalled.
+    server = Server(ends_on_abort=True)
+    deadlines = StreamDeadlines(server.abort, server_tokens_at=anyio.current_time)
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(deadlines.run)
+            t0 = anyio.current_time()
+            with deadlines.watch("p1#1#ab", 0.1, t0 + 60, wait_s=0.6) as d, d.scope:
+                await server.ended.wait()
+            took = anyio.current_time() - t0
+            tg.cancel_scope.cancel()
+    assert d.waited and not d.server_silent and took >= 0.6

@@ -89,3 +89,10 @@ def test_a_bad_file_is_refused_with_one_line(tmp_path: Path):
     path.write_text("[servers\n")
     with pytest.raises(ReloadRefused, match="not valid TOML"):
         load_for_reload(lambda: load_config(path), cfg())
+
+
+def test_the_watchdog_keys_apply_live():
+    from supervisor.job.reload_plan import kind_of
+    assert [kind_of(k) for k in ("dispatch.wait_s", "servers.max_unserved_failures",
+                                 "servers.served_after_s", "servers.hang_timeout_s")] == \
+        ["live"] * 4

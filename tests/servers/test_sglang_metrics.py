@@ -176,3 +176,26 @@ def test_no_retraction_series_yet_is_zero_where_the_scheduler_reports() -> None:
     assert parse_sglang_metrics(text).retractions_total == 0.0
     only_usage = f"sglang:token_usage{_ranks(0)} 0.4\n"
     assert parse_sglang_metrics(only_usage).retractions_total is None
+
+
+def test_the_token_counters_decode_per_step_and_generation_per_finished_request() -> None:
+    # realtime_tokens_total{mode}: per decode step (metrics_reporter.py report_decode_stats);
+    # only mode="decode" is generation. generation_tokens_total: the tokenizer's, one series
+    # per is_streaming, bumped when a request finishes (tokenizer_manager.py collect_metrics).
+    text = f"""\
+# TYPE sglang:realtime_tokens counter
+sglang:realtime_tokens_total{_ranks(0, mode="decode")} 5000.0
+sglang:realtime_tokens_total{_ranks(1, mode="decode")} 5000.0
+sglang:realtime_tokens_total{_ranks(0, mode="prefill_compute")} 90000.0
+# TYPE sglang:generation_tokens counter
+sglang:generation_tokens_total{{engine_type="unified",is_streaming="true",model_name="m"}} 300.0
+sglang:generation_tokens_total{{engine_type="unified",is_streaming="false",model_name="m"}} 40.0
+"""
+    m = parse_sglang_metrics(text)
+    assert m.decode_tokens_total == 5000.0
+    assert m.generation_tokens_total == 340.0
+
+
+def test_no_token_counter_is_none() -> None:
+    m = parse_sglang_metrics(f"sglang:num_running_reqs{_ranks(0)} 3.0\n")
+    assert m.decode_tokens_total is None and m.generation_tokens_total is None

@@ -260,3 +260,35 @@ async def test_with_the_flag_a_failed_scrape_is_retried_not_given_up() -> None:
     assert not returned
     assert errors[:3] == ["/metrics: HTTP 503"] * 3 and errors[3] is None
     assert mon.view.polled and (mon.view.running, mon.view.queued) == (3, 1)
+
+
+def tokens(decode: float | None, finished: float | None = None, queued: int = 0) -> Scrape:
+    return Scrape(SglangMetrics(running=4, queued=queued, token_usage=0.5, retractions_total=0.0,
+                                gen_throughput=10.0, decode_tokens_total=decode,
+                                generation_tokens_total=finished, found=True))
+
+
+async def test_the_token_clock_moves_with_the_decode_counter_only() -> None:
+    mon = SglangMonitor("gpu0", POLICY)
+    await mon.take(tokens(100.0, 10.0), 1.0, 4)
+    assert (mon.token_counter, mon.tokens_moved_at) == ("decode", 1.0)
+    await mon.take(tokens(100.0, 50.0), 2.0, 4)       # a request finished, no decode step
+    assert mon.tokens_moved_at == 1.0
+    await mon.take(tokens(180.0, 50.0), 3.0, 4)
+    assert mon.tokens_moved_at == 3.0
+    await mon.end_life()
+    assert (mon.token_counter, mon.tokens_moved_at) == (None, None)
+
+
+async def test_only_the_finished_counter_is_not_a_token_signal() -> None:
+    mon = SglangMonitor("gpu0", POLICY)
+    await mon.take(tokens(None, 10.0), 1.0, 4)
+    assert mon.token_counter == "finished"
+
+
+async def test_queueing_is_a_queue_a_retraction_or_the_flag() -> None:
+    mon = SglangMonitor("gpu0", POLICY)
+    await mon.take(tokens(1.0), 1.0, 4)
+    assert not mon.queueing
+    await mon.take(tokens(2.0, queued=3), 2.0, 4)
+    assert mon.queueing

@@ -91,7 +91,7 @@ async def test_fault_is_classified_restarted_and_the_job_finishes_exactly_once(
         # It ignores SIGTERM (its loop is blocked): the group had to be killed.
         assert backoff.detail["group"] == "killed" and backoff.detail["signal"] == 9
     else:
-        assert "requests in flight, none completed" in backoff.reason
+        assert "requests in flight, no token for" in backoff.reason
     assert len(children) == 2
     assert_nothing_left(cfg, children)
 

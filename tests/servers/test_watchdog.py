@@ -1,4 +1,6 @@
-"""The progress watchdog on its own: a fake dispatcher's counters, no processes."""
+"""The progress watchdog on its own (no processes): hung means requests in flight and no
+token for hang_timeout_s (servers/hang_rule.py), never "no completion"; without any token
+signal, no completion for the longest answer at the measured speed."""
 
 from __future__ import annotations
 
@@ -8,57 +10,144 @@ from pathlib import Path
 
 import anyio
 
-from supervisor.config import JobConfig, ServersSection
+from supervisor.config import DispatchSection, GenerationSection, JobConfig, ServersSection
 from supervisor.config.live_settings import LiveSettings
+from supervisor.dispatch.dispatch_snapshot import ServerProgress
+from supervisor.dispatch.rate_window import CompletionRateWindow
 from supervisor.servers.exit_classifier import Trigger
+from supervisor.servers.hang_rule import HangRule, ProgressReading
 from supervisor.servers.managed_server import FleetContext, ManagedServer
-from supervisor.servers.watchers import Decision, watch_progress
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
+from supervisor.servers.watchers import Decision, watch_progress
 
-from tests.fixtures.fake_dispatcher import Progress
-
-
-class Counters:
-    def __init__(self, in_flight: int, advancing: bool) -> None:
-        self.p = Progress(in_flight=in_flight)
-        self.advancing = advancing
-
-    def progress(self, name: str) -> Progress:
-        if self.advancing:
-            self.p.completed += 1
-        return self.p
+SERVERS = replace(ServersSection(count=1, model_path="m"), hang_timeout_s=0.3,
+                  health_interval_s=0.02)
 
 
-def _server(tmp_path: Path, dispatcher: object) -> ManagedServer:
-    servers = replace(ServersSection(count=1, model_path="m"), hang_timeout_s=0.2,
-                      health_interval_s=0.02)
+async def _watch(read, seconds: float) -> Decision:
+    decision = Decision()
+    with anyio.move_on_after(seconds):
+        with decision.scope:
+            await watch_progress(read, SERVERS, decision, HangRule(anyio.current_time()))
+    return decision
 
+
+async def test_tokens_without_a_completion_are_progress() -> None:
+    # Every answer is longer than the timeout: tokens flow, nothing completes for 5 timeouts.
+    def read() -> ProgressReading:
+        return ProgressReading(in_flight=16, token_at=anyio.current_time(), token_signal=True,
+                               completed=0)
+    assert (await _watch(read, 1.5)).outcome is None
+
+
+async def test_no_token_for_the_timeout_is_a_hang_whatever_completes() -> None:
+    # Outcomes keep coming (aborts, errors), but no stream has made a token: hung.
+    state = {"completed": 0}
+
+    def read() -> ProgressReading:
+        state["completed"] += 1
+        return ProgressReading(in_flight=3, token_at=None, token_signal=True,
+                               completed=state["completed"])
+    t0 = anyio.current_time()
+    decision = await _watch(read, 10)
+    assert decision.outcome is not None and decision.outcome.trigger is Trigger.PROGRESS
+    assert decision.outcome.detail.startswith("3 requests in flight, no token for")
+    assert anyio.current_time() - t0 >= SERVERS.hang_timeout_s
+
+
+async def test_idleness_is_not_a_hang_and_the_clock_starts_when_busy() -> None:
+    state = {"in_flight": 0}
+
+    def read() -> ProgressReading:
+        return ProgressReading(in_flight=state["in_flight"], token_at=None, token_signal=True,
+                               completed=0)
+    async with anyio.create_task_group() as tg:
+        decision = Decision()
+
+        async def watch() -> None:
+            with decision.scope:
+                await watch_progress(read, SERVERS, decision, HangRule(anyio.current_time()))
+        tg.start_soon(watch)
+        await anyio.sleep(1.0)                  # idle for three timeouts: nothing
+        assert decision.outcome is None
+        busy_at = anyio.current_time()
+        state["in_flight"] = 2
+        with anyio.fail_after(10):
+            while decision.outcome is None:
+                await anyio.sleep(0.02)
+        assert anyio.current_time() - busy_at >= SERVERS.hang_timeout_s
+
+
+def test_a_token_from_the_last_life_does_not_count() -> None:
+    rule = HangRule(started_at=100.0)
+    old = ProgressReading(in_flight=1, token_at=99.0, token_signal=True, completed=0)
+    assert rule.observe(old, 100.0, 5.0) is None
+    assert rule.observe(old, 105.5, 5.0) is not None
+    assert rule.life.span_s == 0.0
+
+
+def test_the_life_records_the_span_of_its_progress() -> None:
+    rule = HangRule(started_at=0.0)
+    for t in (1.0, 50.0, 400.0):
+        rule.observe(ProgressReading(1, t, True, 0), t, 600.0)
+    assert rule.life.span_s == 399.0
+
+
+def test_without_a_token_signal_the_derived_timeout_holds() -> None:
+    rule = HangRule(started_at=0.0)
+    r = ProgressReading(in_flight=4, token_at=None, token_signal=False, completed=0,
+                        derived_timeout_s=100.0, derived_from="test")
+    assert rule.observe(r, 1.0, 10.0) is None
+    assert rule.observe(r, 50.0, 10.0) is None         # past hang_timeout_s, within derived
+    reason = rule.observe(r, 102.0, 10.0)
+    assert reason is not None and "none completed for 101 s" in reason
+    assert "no token signal: timeout 100 s, test" in reason
+
+
+def _server(tmp_path: Path, dispatcher: object, dispatch: DispatchSection) -> ManagedServer:
     async def store_call(*args: object) -> None:
         return None
 
     ctx = FleetContext(store_call=store_call, dispatcher=dispatcher, client=None,  # type: ignore[arg-type]
                        clock=time.time, monotonic=time.monotonic, on_change=lambda: None,
                        proc_limiter=anyio.CapacityLimiter(1))
-    return ManagedServer("gpu0", (0,), 30000, LiveSettings(JobConfig(servers=servers)), ctx,
-                         ServerLog(tmp_path / "gpu0.log"), RestartPolicy.from_config(servers))
+    live = LiveSettings(JobConfig(servers=SERVERS, dispatch=dispatch,
+                                  generation=GenerationSection(max_tokens=1000)))
+    return ManagedServer("gpu0", (0,), 30000, live, ctx,
+                         ServerLog(tmp_path / "gpu0.log"), RestartPolicy.from_config(SERVERS))
 
 
-async def test_busy_without_completions_is_a_stall(tmp_path: Path) -> None:
-    server = _server(tmp_path, Counters(in_flight=3, advancing=False))
-    decision = Decision()
-    with anyio.fail_after(10):
-        with decision.scope:
-            await watch_progress(server._progress, server.servers, decision)
-    assert decision.outcome is not None and decision.outcome.trigger is Trigger.PROGRESS
-    assert "3 requests in flight" in decision.outcome.detail
+class Dispatcher:
+    def __init__(self) -> None:
+        self.p = ServerProgress(in_flight=4, rates=CompletionRateWindow(60.0, time.time() - 60))
+
+    def progress(self, name: str) -> ServerProgress:
+        return self.p
 
 
-async def test_completions_or_idleness_are_not_a_stall(tmp_path: Path) -> None:
-    for counters in (Counters(in_flight=3, advancing=True), Counters(in_flight=0, advancing=False)):
-        decision = Decision()
-        with anyio.move_on_after(1.0):  # five hang timeouts
-            with decision.scope:
-                server = _server(tmp_path, counters)
-                await watch_progress(server._progress, server.servers, decision)
-        assert decision.outcome is None
+async def test_unstreamed_without_metrics_derives_the_timeout_from_the_speed(
+        tmp_path: Path) -> None:
+    d = Dispatcher()
+    server = _server(tmp_path, d, DispatchSection(stream=False))
+    r = server.progress_reader.read()
+    assert not r.token_signal
+    # No speed measured yet: the request timeout.
+    assert r.derived_timeout_s == DispatchSection().request_timeout_s
+    # 4 streams made 200 tok/s over the window: 50 tok/s each; 1000 tokens take 20 s, x2.
+    assert d.p.rates is not None
+    d.p.rates.add(time.time(), 10, 200 * 60)
+    d.p.completed = 10
+    r = server.progress_reader.read()
+    assert r.derived_timeout_s is not None and abs(r.derived_timeout_s - 40.0) < 2.0
+    # A hang stops the completions: the speed is kept, the timeout does not stretch.
+    d.p.rates = CompletionRateWindow(60.0, time.time() - 60)
+    r = server.progress_reader.read()
+    assert r.derived_timeout_s is not None and abs(r.derived_timeout_s - 40.0) < 2.0
+
+
+async def test_streamed_is_a_token_signal(tmp_path: Path) -> None:
+    d = Dispatcher()
+    d.p.last_token_at = 12.5
+    r = _server(tmp_path, d, DispatchSection(stream=True)).progress_reader.read()
+    assert r.token_signal and r.token_at == 12.5 and r.derived_timeout_s is None

@@ -70,8 +70,12 @@ def sglang_cell(server: ServerStatus) -> Text | str:
 
 def in_flight_cell(server: ServerStatus) -> Text | str:
     """`18/24`: requests in flight of the limit; `18/20↓` in orange while the saturation
-    guard holds the limit below the server's max (the status text says why)."""
+    guard holds the limit below the server's max (the status text says why); `18/24 5w`
+    when 5 of them wait (silent while the server streams for others: queued or retracted
+    by SGLang, not stalled)."""
     text = f"{server.in_flight}/{limit_text(server)}"
+    if server.waiting:
+        text += f" {server.waiting}w"
     lim = server.inflight_limit
     if lim is not None and lim < server.max_running:
         return Text(text, style=OVERCOMMIT_STYLE)
