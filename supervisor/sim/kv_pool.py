@@ -172,10 +172,11 @@ class KVPool:
         self.admit()
         return result
 
-    def retract(self, at_least: int = 1) -> Retracted | None:
+    def retract(self, at_least: int = 1, keep: int = 1) -> Retracted | None:
         """retract_decode: take out the least-preferred requests, at least `at_least`,
-        until the next decode step fits, always keeping one."""
-        if len(self.running) < 2:
+        until the next decode step fits, always keeping `keep` (SGLang keeps one; the
+        forced "retract" fault may take a lone request out, to be readmitted at once)."""
+        if len(self.running) <= keep:
             return None
         steps = self._steps()
         free_before = self.capacity - self.used()
@@ -183,7 +184,7 @@ class KVPool:
         order = sorted(self.running, key=lambda s: (int(s.tokens(steps)), -s.prompt_tokens),
                        reverse=True)
         out: list[Seat] = []
-        while len(order) > 1 and (len(out) < at_least or self._kept_used(order, steps)
+        while len(order) > keep and (len(out) < at_least or self._kept_used(order, steps)
                                   + len(order) > self.capacity):
             out.append(order.pop())
         for seat in out:
