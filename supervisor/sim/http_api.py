@@ -225,10 +225,10 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         except BadRequest as exc:
             return JSONResponse(error_body(str(exc), kind=exc.kind), status_code=400)
         if not req.stream and done.refusal is not None:
-            # The scheduler's refusal, unstreamed: a ValueError in the tokenizer manager,
-            # answered as type "BadRequest" (serving_base.py handle_request;
-            # tokenizer_manager.py _handle_abort_finish_reason).
-            return JSONResponse(error_body(done.refusal, kind="BadRequest"), status_code=400)
+            # The scheduler's refusal, unstreamed: a ValueError in the tokenizer manager
+            # (tokenizer_manager.py _handle_abort_finish_reason), answered as a 400 of type
+            # "BadRequestError" (seen on the real server).
+            return JSONResponse(error_body(done.refusal), status_code=400)
         if not req.stream:
             done = await rt.chat.decode(done)
             if done.finish_reason == ERRORED:
