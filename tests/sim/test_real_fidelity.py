@@ -8,10 +8,13 @@ text."""
 from __future__ import annotations
 
 import json
+import signal
 import threading
+import time
 import uuid
 
 import httpx
+import psutil
 import pytest
 
 from tests.fixtures.real_sglang import (FidelityServer, client, fidelity_server,  # noqa: F401
@@ -157,6 +160,44 @@ def test_abort_by_rid_ends_the_stream_and_is_counted(fidelity_server: FidelitySe
                 and e["choices"][0].get("finish_reason")]
     assert status == 200 and finishes == ["abort"]
     assert (_sample(fidelity_server, "sglang:num_aborted_requests") or 0.0) == before + 1
+
+
+def _freeze(server: FidelityServer, frozen: bool) -> None:
+    """Stop the scheduler where it is: SIGSTOP/SIGCONT to the real server's scheduler
+    process (its title is sglang::scheduler), the stall fault on the simulator."""
+    if server.kind == "sim":
+        with client() as c:
+            c.post(server.base_url + "/sim/fault", json={"fault": "stall" if frozen else "none"})
+        return
+    children = psutil.Process(server.proc.pid).children(recursive=True)
+    schedulers = [p for p in children if "scheduler" in " ".join(p.cmdline()) + p.name()]
+    assert schedulers, [p.cmdline() for p in children]
+    for p in schedulers:
+        p.send_signal(signal.SIGSTOP if frozen else signal.SIGCONT)
+
+
+@pytest.mark.slow
+def test_a_frozen_scheduler_fails_health_after_20_s_and_hangs_server_info(
+        fidelity_server: FidelityServer):
+    """`srt/entrypoints/http_server.py`:218-790 health_generate (/health too): the probe
+    sends a one-token request and waits up to HEALTH_CHECK_TIMEOUT (20 s) for any output,
+    then answers 503. Routes that never reach the scheduler (/v1/models, /metrics) still
+    answer 200; /server_info asks the scheduler for its state and hangs."""
+    _freeze(fidelity_server, True)
+    try:
+        with client() as c:
+            started = time.monotonic()
+            health = c.get(fidelity_server.base_url + "/health_generate", timeout=60)
+            waited = time.monotonic() - started
+            assert health.status_code == 503 and 19 <= waited < 40
+            assert c.get(fidelity_server.base_url + "/v1/models").status_code == 200
+            assert c.get(fidelity_server.base_url + "/metrics").status_code == 200
+            with pytest.raises(httpx.ReadTimeout):
+                c.get(fidelity_server.base_url + "/server_info", timeout=2)
+    finally:
+        _freeze(fidelity_server, False)
+    with client() as c:
+        assert c.get(fidelity_server.base_url + "/health_generate").status_code == 200
 
 
 def test_a_small_kv_pool_queues_what_does_not_fit(fidelity_server: FidelityServer):
