@@ -121,6 +121,8 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
     with handler.inflight.track(done.rid) as flight:
         try:
             async with handler.slots.slot(done.seat(), abort=flight.aborted) as seat:
+                # One event to wake a send: the seat's retraction, which an abort sets too.
+                flight.on_abort = lambda: seat.retracted.set()
                 yield _chunk(done, {"reasoning_content": None, "role": "assistant",
                                     "content": ""})
                 halfway = len(sends) // 2 if done.stuck or done.errors else -1
@@ -134,7 +136,7 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
                         await flight.aborted.wait()    # stuck halfway until aborted
                     with handler.slots.decoding(seat):
                         whole = await handler.meter.step((upto - sent) * per_word,
-                                                         flight.aborted, seat.retracted)
+                                                         seat.retracted)
                     if flight.aborted.is_set():
                         break
                     if not whole:

@@ -135,11 +135,24 @@ class DecodeMeter:
         done = await self._run(tokens, abort, interrupt)
         return int(tokens) if done >= tokens else int(done)
 
-    async def step(self, tokens: float, abort: anyio.Event,
-                   interrupt: anyio.Event | None = None) -> bool:
-        """One short stretch of a request (a streamed delta); True when it was generated
-        whole, False when `abort` or `interrupt` came first."""
-        return await self._run(tokens, abort, interrupt) >= tokens - 1e-9
+    async def step(self, tokens: float, wake: anyio.Event) -> bool:
+        """One short stretch of a request (a streamed delta): True when it was generated
+        whole, False when `wake` (an abort or a retraction) came first. Cheaper than
+        `decode` (no task group unless the scheduler is stuck): a change of speed applies
+        from the next step; a stuck scheduler (speed 0) holds the step until it moves."""
+        if math.isinf(self.rate):
+            self.add(tokens)
+            return True
+        with self.generating():
+            while self.rate == 0 and not wake.is_set():
+                if self._changed is None:
+                    self._changed = anyio.Event()
+                await _first_of(wake, self._changed)
+            if wake.is_set():
+                return False
+            with anyio.move_on_after(tokens / self.rate):
+                await wake.wait()
+        return not wake.is_set()
 
     async def _run(self, tokens: float, abort: anyio.Event,
                    interrupt: anyio.Event | None) -> float:
