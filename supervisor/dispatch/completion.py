@@ -43,8 +43,9 @@ def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSect
         # a loop knows exactly how many tokens it had cost (`sglang/srt/entrypoints/openai/
         # utils.py` should_include_usage; serving_chat.py _generate_stream_content).
         body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
+    # Always said, off too: Qwen3's template thinks when the request says nothing.
+    body["chat_template_kwargs"] = {"enable_thinking": gen.enable_thinking}
     if gen.enable_thinking:
-        body["chat_template_kwargs"] = {"enable_thinking": True}
         body["separate_reasoning"] = True
     return body
 

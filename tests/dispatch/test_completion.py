@@ -23,8 +23,10 @@ def test_request_body_turns_thinking_on_with_live_max_tokens():
     assert body["max_completion_tokens"] == 8192 and "max_tokens" not in body
     assert body["chat_template_kwargs"] == {"enable_thinking": True}
     assert body["separate_reasoning"] is True and body["stream"] is False
+    # Off is said too: Qwen3's template thinks when the request says nothing (DESIGN.md).
     off = request_body("m", [], GenerationSection(enable_thinking=False), 10)
-    assert "chat_template_kwargs" not in off
+    assert off["chat_template_kwargs"] == {"enable_thinking": False}
+    assert "separate_reasoning" not in off
 
 
 def test_a_good_answer_is_a_completion():
