@@ -230,7 +230,7 @@ def test_a_small_kv_pool_queues_what_does_not_fit(fidelity_server: FidelityServe
                          _sample(fidelity_server, "sglang:num_queue_reqs") or 0))
             return seen[-1][0] >= 1 and seen[-1][1] >= 1
         assert wait_for(queued, 60, poll_s=0.05), seen
-        assert max(running for running, _ in seen) <= 2
+        assert max(running for running, _ in seen) <= 2, seen
     finally:
         for t in threads:
             t.join(timeout=300)
