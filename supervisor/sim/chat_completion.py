@@ -19,6 +19,7 @@ from typing import Any, Callable
 import anyio
 
 from .batch_slots import Aborted, BatchSlots
+from .kv_pool import Seat
 from .decode_meter import DecodeMeter
 from .inflight import InFlight
 from .faults import FaultState
@@ -68,6 +69,7 @@ class ChatRequest:
     include_usage: bool = False
     rid: str | None = None
     continuous_usage: bool = False     # stream_options.continuous_usage_stats
+    ignore_eos: bool = False           # generate max tokens whatever the model would say
 
 
 def _int_or_none(body: dict[str, Any], key: str) -> int | None:
@@ -94,10 +96,10 @@ def parse_request(body: Any) -> ChatRequest:
     kwargs = body.get("chat_template_kwargs") or {}
     kwargs = kwargs if isinstance(kwargs, dict) else {}
     separate = body.get("separate_reasoning", True) is not False
-    # The simulated model (Qwen3-style template): enable_thinking decides; absent, it thinks
-    # when the client asked for the trace to be separated, as the daemon does.
+    # The simulated model (Qwen3's template): enable_thinking decides, and a request that
+    # says nothing thinks, as the template's default is on; only false turns it off.
     enable = kwargs.get("enable_thinking")
-    thinking = bool(enable) if enable is not None else "separate_reasoning" in body and separate
+    thinking = bool(enable) if enable is not None else True
     model = body.get("model")
     options = body.get("stream_options") or {}
     rid = body.get("rid")
@@ -107,7 +109,8 @@ def parse_request(body: Any) -> ChatRequest:
                        max_tokens, thinking, separate, kwargs, bool(body.get("stream")),
                        isinstance(options, dict) and bool(options.get("include_usage")),
                        rid or None,
-                       isinstance(options, dict) and bool(options.get("continuous_usage_stats")))
+                       isinstance(options, dict) and bool(options.get("continuous_usage_stats")),
+                       body.get("ignore_eos") is True)
 
 
 def _check_model(model: str, served_name: str) -> None:
@@ -155,6 +158,18 @@ def check_lengths(opts: SimOptions, prompt_tokens: int, max_tokens: int | None,
     return max_tokens
 
 
+def scheduler_refusal(opts: SimOptions, prompt_tokens: int) -> str | None:
+    """The scheduler's own input check, after the tokenizer manager's (`sglang/srt/managers/
+    utils.py`:270-287 validate_input_length): an input of max_req_input_len tokens or more
+    (min(context - 1, KV pool - 1) - 5) is aborted with HTTP 400 -- streamed, that comes
+    after the 200 (chat_stream.py). With --allow-auto-truncate the input is cut instead."""
+    limit = opts.max_req_input_len
+    if prompt_tokens < limit or opts.allow_auto_truncate:
+        return None
+    return (f"Input length ({prompt_tokens} tokens) exceeds the maximum allowed length "
+            f"({limit} tokens). Use a shorter input or enable --allow-auto-truncate.")
+
+
 def _texts(plan: OutputPlan, req: ChatRequest, offset: int, loop: LoopPlan | None,
            listed: bool) -> tuple[str | None, str]:
     """(thought or None when not thinking, answer) as the model wrote them."""
@@ -190,6 +205,15 @@ class Completion:
     force_reasoning: bool = False      # the request is a reasoning one (counts its tokens)
     stuck: bool = False                # in the stall share (faults.py): hangs halfway
     errors: bool = False               # in the error share (faults.py): aborted halfway
+    budget: int = 0                    # the max new tokens the scheduler plans for
+    # The scheduler's refusal of an input too long for its KV pool (check_lengths).
+    refusal: str | None = None
+    ignore_eos: bool = False
+
+    def seat(self) -> Seat:
+        """Its claim on the scheduler's KV pool (kv_pool.py)."""
+        return Seat(self.prompt_tokens, max(self.budget, self.completion_tokens),
+                    self.ignore_eos)
 
     def cut(self, produced: int, *, queued: bool) -> Completion:
         """The generation aborted after `produced` tokens (`/abort_request`): finish_reason
@@ -233,7 +257,8 @@ class Completion:
                          "finish_reason": self.finish_reason,
                          "matched_stop": self.matched_stop}],
             "usage": self.usage(),
-            "metadata": {"weight_version": "default"},
+            "metadata": {"weight_version": "default", "weight_versions": [
+                {"version": "default", "start": 0, "end": self.completion_tokens}]},
         }
 
 
@@ -247,6 +272,9 @@ class ChatHandler:
         self.slots = slots
         self.faults = faults
         self.on_finished = on_finished
+        # Told of each abort SGLang's tokenizer manager sends to the scheduler
+        # (sglang:num_aborted_requests_total).
+        self.on_abort: Callable[[], None] | None = None
 
     def decode_seconds(self, tokens: int) -> float:
         """How long `tokens` take one request at the present decode speed."""
@@ -273,7 +301,7 @@ class ChatHandler:
             loop = loop_plan(digest, natural, opts.loop_share, len(prompt_words(req.messages)))
             plan = plan_output(digest, max_tokens=max_tokens, thinking=req.thinking,
                                room=opts.context_length - prompt_tokens,
-                               looping=loop is not None)
+                               looping=loop is not None or req.ignore_eos)
             thought, answer = _texts(plan, req, text_offset(digest), loop,
                                      loop is None and opts.loop_share > 0
                                      and numbered_list(digest, natural))
@@ -286,6 +314,7 @@ class ChatHandler:
             content, reasoning = text, None
         # The scheduler counts reasoning tokens only for a reasoning request (parser set).
         reasoning_tokens = plan.reasoning_tokens if reasoning_mode and thought is not None else 0
+        refusal = scheduler_refusal(opts, prompt_tokens)
         return req, Completion(
             rid=req.rid or uuid.uuid4().hex, created=int(time.time()), model=req.model,
             content=content, reasoning_content=reasoning, finish_reason=plan.finish_reason,
@@ -294,30 +323,41 @@ class ChatHandler:
             reasoning_tokens=reasoning_tokens, thought=thought, answer=answer,
             split=bool(opts.reasoning_parser) and req.separate_reasoning,
             force_reasoning=reasoning_mode, stuck=self.faults.stalls(digest),
-            errors=self.faults.errors(digest))
+            errors=self.faults.errors(digest),
+            budget=opts.context_length - prompt_tokens if max_tokens is None else max_tokens,
+            ignore_eos=req.ignore_eos, refusal=refusal)
+
+    def on_disconnect(self) -> None:
+        """A streaming client went away mid-answer: SGLang aborts its request."""
+        if self.on_abort is not None:
+            self.on_abort()
 
     async def decode(self, done: Completion, streaming: bool = False) -> Completion:
-        """Hold a batch slot for as long as decoding `done` takes, then count it. Returns
-        `done`, or what was produced when /abort_request stopped it first."""
+        """Hold a place in the batch for as long as decoding `done` takes (back in the queue
+        whenever the scheduler retracts it), then count it. Returns `done`, or what was
+        produced when /abort_request stopped it first."""
         with self.inflight.track(done.rid) as flight:
+            produced = 0
             try:
-                async with self.slots.slot(done.prompt_tokens + done.completion_tokens,
-                                           abort=flight.aborted):
+                async with self.slots.slot(done.seat(), abort=flight.aborted) as seat:
                     halfway = done.stuck or done.errors
-                    tokens = done.completion_tokens
-                    produced = await self.meter.decode(tokens // 2 if halfway else tokens,
-                                                       flight.aborted)
+                    target = done.completion_tokens // 2 if halfway else done.completion_tokens
+                    while produced < target and not flight.aborted.is_set():
+                        with self.slots.decoding(seat):
+                            produced += await self.meter.decode(
+                                target - produced, flight.aborted, seat.retracted)
+                        self.slots.pool.set_generated(seat, produced)
+                        if seat.retracted.is_set() and not flight.aborted.is_set():
+                            await self.slots.readmit(seat, flight.aborted)
                     if done.stuck:
                         await flight.aborted.wait()    # stuck halfway until aborted
-                    while self.faults.is_stalled and not flight.aborted.is_set():
-                        await anyio.sleep(0.05)    # the slot stays taken, as in a stuck batch
                     if flight.aborted.is_set():
                         # Aborted while running: SGLang lets it run one more forward pass.
                         done = done.cut(produced + 1, queued=False)
                     elif done.errors:
                         done = done.failed(produced)
             except Aborted:
-                done = done.cut(0, queued=True)
+                done = done.cut(produced, queued=produced == 0)
         self.slots.finished(done.prompt_tokens, done.completion_tokens)
         self.on_finished(done.prompt_tokens, done.completion_tokens, streaming)
         return done

@@ -40,7 +40,8 @@ from typing import Any, AsyncIterator
 import anyio
 
 from .batch_slots import Aborted
-from .chat_completion import ERRORED, SCHEDULER_OOM_ABORT, ChatHandler, ChatRequest, Completion
+from .chat_completion import (ERRORED, SCHEDULER_OOM_ABORT, ChatHandler, ChatRequest,
+                              Completion, error_body)
 from .reasoning_split import usage
 
 STEP_TOKENS = 16
@@ -64,13 +65,34 @@ def _chunk(done: Completion, delta: dict[str, Any], finish_reason: str | None = 
     return _sse(obj)
 
 
-def _pieces(text: str, step: int) -> list[str]:
-    """`text` cut every `step` words; the pieces join back to exactly `text`."""
-    if not text:
+def _sends(reasoning: str, content: str, step: int) -> list[tuple[str, str, int]]:
+    """The chunks of one stream: (reasoning piece, content piece, tokens so far), one per
+    send. SGLang's output streamer (`sglang/srt/managers/scheduler_components/
+    output_streamer.py`:444-469) sends the first token at once, then whenever `step` tokens
+    are unsent, then the rest at the end: 9 tokens at 4 are sent at 1, 5 and 9. A send that
+    crosses from the trace into the answer is two deltas, as serving_chat.py yields the
+    reasoning text and the normal text of one output separately. Step 0 (a lagging reader,
+    coalesced): the whole trace as one send and the whole answer as another."""
+    r_words = reasoning.split(" ") if reasoning else []
+    c_words = content.split(" ") if content else []
+    words = [("r", w) for w in r_words] + [("c", w) for w in c_words]
+    if not words:
         return []
-    words = text.split(" ")
-    return [" ".join(words[i:i + step]) + (" " if i + step < len(words) else "")
-            for i in range(0, len(words), step)]
+    if step <= 0:
+        cuts = [n for n in (len(r_words), len(words)) if n > 0]
+    else:
+        cuts = [1] + list(range(1 + step, len(words), step)) + [len(words)]
+        cuts = sorted(set(c for c in cuts if c <= len(words)))
+    sends, at = [], 0
+    for cut in cuts:
+        chunk = words[at:cut]
+        parts = {"r": [], "c": []}
+        for i, (kind, word) in enumerate(chunk, start=at):
+            last_of_kind = (i == len(r_words) - 1) if kind == "r" else (i == len(words) - 1)
+            parts[kind].append(word + ("" if last_of_kind else " "))
+        sends.append(("".join(parts["r"]), "".join(parts["c"]), cut))
+        at = cut
+    return sends
 
 
 async def stream_completion(handler: ChatHandler, req: ChatRequest,
@@ -78,48 +100,73 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
     # Coalesced (step 0): one delta for the trace and one for the answer, as SGLang sends
     # what a slow reader left queued (a stuck or failing request keeps its steps: it stops
     # halfway, after some text).
-    step = handler.opts.stream_step or (STEP_TOKENS if done.stuck or done.errors else 1 << 30)
-    reasoning = _pieces(done.reasoning_content or "", step)
-    content = _pieces(done.content, step)
-    steps = max(1, len(reasoning) + len(content))
-    # Each delta is paced by the decode meter, so a change of speed (a throughput collapse)
-    # slows the deltas still to come.
-    step_tokens = done.completion_tokens / steps
+    if done.refusal is not None:
+        # Refused by the scheduler (too long for the KV pool) after the 200 went out: an
+        # error chunk, no role chunk, no finish chunk (serving_chat.py
+        # _generate_chat_stream: an abort with a status code; `error_aborted`).
+        yield _sse({"error": error_body(done.refusal, 400, kind="BAD_REQUEST")})
+        if req.include_usage:
+            yield _sse({"id": done.rid, "object": "chat.completion.chunk",
+                        "created": done.created, "model": done.model, "choices": [],
+                        "usage": usage(done.prompt_tokens, 0, 0)})
+        yield "data: [DONE]\n\n"
+        return
+    step = handler.opts.stream_step or (STEP_TOKENS if done.stuck or done.errors else 0)
+    sends = _sends(done.reasoning_content or "", done.content, step)
+    # Each send is paced by the decode meter, so a change of speed (a throughput collapse,
+    # a bigger batch) slows the sends still to come; the tokens are spread evenly over them.
+    per_word = done.completion_tokens / max(1, sends[-1][2] if sends else 1)
     final = done
+    sent = 0
     with handler.inflight.track(done.rid) as flight:
         try:
-            async with handler.slots.slot(done.prompt_tokens + done.completion_tokens,
-                                          abort=flight.aborted):
+            async with handler.slots.slot(done.seat(), abort=flight.aborted) as seat:
+                # One event to wake a send: the seat's retraction, which an abort sets too.
+                flight.on_abort = lambda: seat.retracted.set()
                 yield _chunk(done, {"reasoning_content": None, "role": "assistant",
                                     "content": ""})
-                sent = 0
-                deltas = [("reasoning_content", p) for p in reasoning] + \
-                    [("content", p) for p in content]
-                halfway = len(deltas) // 2 if done.stuck or done.errors else -1
-                for i, (key, piece) in enumerate(deltas):
+                halfway = len(sends) // 2 if done.stuck or done.errors else -1
+                i = 0
+                while final is done and i < len(sends):
+                    r_piece, c_piece, upto = sends[i]
                     if i == halfway and done.errors:
                         final = done.failed(sent)
                         break
                     if i == halfway:
                         await flight.aborted.wait()    # stuck halfway until aborted
-                    await handler.meter.step(step_tokens, flight.aborted)
+                    with handler.slots.decoding(seat):
+                        whole = await handler.meter.step((upto - sent) * per_word,
+                                                         seat.retracted)
                     if flight.aborted.is_set():
                         break
-                    delta = {"reasoning_content": piece} if key == "reasoning_content" \
-                        else {"reasoning_content": None, "content": piece}
-                    sent += len(piece.split())
+                    if not whole:
+                        # Retracted: silent in the queue, then on from where it was.
+                        handler.slots.pool.set_generated(seat, sent * per_word)
+                        await handler.slots.readmit(seat, flight.aborted)
+                        continue
+                    sent = upto
+                    handler.slots.pool.set_generated(seat, sent * per_word)
                     running = None
                     if req.continuous_usage:
                         running = usage(done.prompt_tokens, min(sent, done.completion_tokens),
                                         min(sent, done.reasoning_tokens))
-                    yield _chunk(done, delta, running=running)
-                while handler.faults.is_stalled and not flight.aborted.is_set():
-                    await anyio.sleep(0.05)        # the slot stays taken, as in a stuck batch
+                    if r_piece:
+                        yield _chunk(done, {"reasoning_content": r_piece}, running=running)
+                    if c_piece:
+                        yield _chunk(done, {"reasoning_content": None, "content": c_piece},
+                                     running=running)
+                    i += 1
                 if flight.aborted.is_set():
                     final = done.cut(sent, queued=False)
         except Aborted:
-            final = done.cut(0, queued=True)
-            yield _chunk(done, {"reasoning_content": None, "role": "assistant", "content": ""})
+            final = done.cut(sent, queued=sent == 0)
+            if sent == 0:
+                yield _chunk(done, {"reasoning_content": None, "role": "assistant",
+                                    "content": ""})
+        except BaseException:
+            # The client went away: SGLang aborts the request (and counts it).
+            handler.on_disconnect()
+            raise
     handler.slots.finished(final.prompt_tokens, final.completion_tokens)
     handler.on_finished(final.prompt_tokens, final.completion_tokens, True)
     if final.finish_reason == ERRORED:

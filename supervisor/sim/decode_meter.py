@@ -32,8 +32,13 @@ STALENESS_S = 30.0                  # metrics_reporter.py GEN_THROUGHPUT_STALENE
 
 class DecodeMeter:
     def __init__(self, tokens_per_s: float, time_scale: float, instant: bool = False,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, batch_knee: int = 0) -> None:
         self._clock = clock
+        # 0: every request decodes at the full rate however many run. N: a batch of n
+        # decodes each at 1 / (1 + (n - 1) / N) of it, so one stream slows as the batch
+        # grows while the batch's total saturates at N times one stream's (a GPU step costs
+        # more the more rows it carries, until it is compute-bound).
+        self.batch_knee = batch_knee
         # Tokens one request decodes a real second at full speed (inf: --sim-instant).
         self.full_rate = math.inf if instant else tokens_per_s * time_scale
         self.time_scale = time_scale
@@ -53,31 +58,52 @@ class DecodeMeter:
 
     @property
     def rate(self) -> float:
-        """Tokens one request decodes a real second now."""
+        """Tokens one request decodes a real second now (0 while the scheduler is stuck)."""
+        if self.speed == 0:
+            return 0.0
+        if self.batch_knee and self.decoding > 1:
+            return self.full_rate * self.speed / (1 + (self.decoding - 1) / self.batch_knee)
         return self.full_rate * self.speed
+
+    def _signal_change(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def _settle(self) -> float:
         now = self._clock()
-        if self.decoding and math.isfinite(self.rate):
-            self._tokens += self.decoding * self.rate * (now - self._at)
-            self._steps += self.rate * (now - self._at)
+        rate = self.rate
+        if self.decoding and math.isfinite(rate) and rate > 0:
+            self._tokens += self.decoding * rate * (now - self._at)
+            self._steps += rate * (now - self._at)
             self._last_token_at = now
         self._at = now
         return now
 
     def set_speed(self, speed: float) -> None:
-        """Decode at `speed` times the full rate from now on (requests in flight too)."""
-        if not speed > 0:
-            raise ValueError(f"decode speed must be above 0, got {speed}")
+        """Decode at `speed` times the full rate from now on (requests in flight too);
+        0 stops every stream (a stuck scheduler) until the speed is set again."""
+        if not speed >= 0:
+            raise ValueError(f"decode speed must be 0 or above, got {speed}")
         self._settle()
         self.speed = speed
-        if self._changed is not None:
-            self._changed.set()
-            self._changed = None
+        self._signal_change()
+
+    @property
+    def last_token_at(self) -> float:
+        """When (clock time) the last token was generated."""
+        self._settle()
+        return self._last_token_at
+
+    def steps(self) -> float:
+        """Tokens one request has decoded since start (the scheduler's decode steps)."""
+        self._settle()
+        return self._steps
 
     def seconds_for(self, tokens: float) -> float:
         """How long `tokens` take one request at the present speed."""
-        return 0.0 if math.isinf(self.rate) else tokens / self.rate
+        rate = self.rate
+        return 0.0 if math.isinf(rate) else (math.inf if rate == 0 else tokens / rate)
 
     def add(self, tokens: float) -> None:
         """Tokens generated in no time (--sim-instant): counted when they are."""
@@ -91,38 +117,63 @@ class DecodeMeter:
         """Held while one request generates tokens."""
         self._settle()
         self.decoding += 1
+        if self.batch_knee:
+            self._signal_change()        # every stream's speed changes with the batch
         try:
             yield
         finally:
             self._settle()
             self.decoding -= 1
+            if self.batch_knee:
+                self._signal_change()
 
-    async def decode(self, tokens: float, abort: anyio.Event) -> int:
+    async def decode(self, tokens: float, abort: anyio.Event,
+                     interrupt: anyio.Event | None = None) -> int:
         """Generate `tokens` for one request at whatever speed holds meanwhile; returns the
-        tokens generated when `abort` is set first (all of them otherwise)."""
+        tokens generated when `abort` (or `interrupt`: a retraction) is set first (all of
+        them otherwise)."""
+        done = await self._run(tokens, abort, interrupt)
+        return int(tokens) if done >= tokens else int(done)
+
+    async def step(self, tokens: float, wake: anyio.Event) -> bool:
+        """One short stretch of a request (a streamed delta): True when it was generated
+        whole, False when `wake` (an abort or a retraction) came first. Cheaper than
+        `decode` (no task group unless the scheduler is stuck): a change of speed applies
+        from the next step; a stuck scheduler (speed 0) holds the step until it moves."""
         if math.isinf(self.rate):
             self.add(tokens)
-            return int(tokens)
-        done = 0.0
+            return True
         with self.generating():
-            while done < tokens and not abort.is_set():
+            while self.rate == 0 and not wake.is_set():
+                if self._changed is None:
+                    self._changed = anyio.Event()
+                await _first_of(wake, self._changed)
+            if wake.is_set():
+                return False
+            with anyio.move_on_after(tokens / self.rate):
+                await wake.wait()
+        return not wake.is_set()
+
+    async def _run(self, tokens: float, abort: anyio.Event,
+                   interrupt: anyio.Event | None) -> float:
+        if math.isinf(self.rate):
+            self.add(tokens)
+            return tokens
+        done = 0.0
+
+        def stopped() -> bool:
+            return abort.is_set() or (interrupt is not None and interrupt.is_set())
+
+        with self.generating():
+            while done < tokens - 1e-9 and not stopped():
                 if self._changed is None:
                     self._changed = anyio.Event()
                 rate, changed, started = self.rate, self._changed, anyio.current_time()
-                with anyio.move_on_after((tokens - done) / rate):
-                    await _first_of(abort, changed)
+                events = [abort, changed] + ([interrupt] if interrupt is not None else [])
+                with anyio.move_on_after((tokens - done) / rate if rate > 0 else math.inf):
+                    await _first_of(*events)
                 done += (anyio.current_time() - started) * rate
-        return int(tokens) if done >= tokens else int(done)
-
-    async def step(self, tokens: float, abort: anyio.Event) -> None:
-        """One short stretch of a request (a streamed delta) at the present speed, cut short
-        by `abort`; a change of speed applies from the next. Cheaper than `decode`, which
-        follows a change at once (one task group a call)."""
-        if math.isinf(self.rate):
-            self.add(tokens)
-            return
-        with self.generating(), anyio.move_on_after(tokens / self.rate):
-            await abort.wait()
+        return min(done, tokens)
 
     def generated(self) -> float:
         """Tokens decoded since start, up to now."""
@@ -146,11 +197,11 @@ class DecodeMeter:
         return self.gen_throughput
 
 
-async def _first_of(a: anyio.Event, b: anyio.Event) -> None:
-    """Return when either event is set."""
+async def _first_of(*events: anyio.Event) -> None:
+    """Return when any of the events is set."""
     async with anyio.create_task_group() as tg:
         async def wait(e: anyio.Event) -> None:
             await e.wait()
             tg.cancel_scope.cancel()
-        tg.start_soon(wait, a)
-        tg.start_soon(wait, b)
+        for event in events:
+            tg.start_soon(wait, event)

@@ -12,7 +12,9 @@ runs against the real symptoms:
   accepts connections and probes time out instead of being refused — the difference between
   a hung server and a dead one. SIGTERM is not acted on either (the handler never runs
   again), so the supervisor has to escalate to SIGKILL, as with a wedged NCCL call;
-- stall: health stays 200 but no request ever completes (a scheduler stuck in a loop);
+- stall: the scheduler is stuck (in a loop, a wedged collective): no decode step runs, so
+  every stream stops where it is and no request is admitted; /health and /health_generate
+  still answer at first and fail (503) after 20 s without output (http_api.py);
 - stall share: a share of the prompts (a stable subset) get stuck halfway through their
   first request, the server otherwise fine: the request sends no more tokens until it is
   aborted; retried, it completes (a stuck request, not a stuck server);
@@ -83,7 +85,9 @@ class FaultState:
             raise ValueError(f"unknown fault {fault!r}; one of {', '.join(FAULTS)}")
         self.fault = fault
         if self.on_speed is not None:
-            self.on_speed(1.0 / self.collapse_factor if fault == "collapse" else 1.0)
+            # A stuck scheduler runs no decode step: every stream stops where it is.
+            self.on_speed(0.0 if fault == "stall" else
+                          1.0 / self.collapse_factor if fault == "collapse" else 1.0)
         if fault == "crash":
             crash(self.children, during_load=self.loading)
         elif fault == "oom":

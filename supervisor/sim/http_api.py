@@ -28,9 +28,13 @@ from .faults import FaultState
 from .options import FAULTS, SimOptions
 from .retraction import Retraction
 from .prom_metrics import SchedulerSample, SimMetrics, metrics_asgi_app
+from .sim_log import log_err
 
 SGLANG_VERSION = "0.5.23 (simulated)"
 HEALTH_CHECK_MIN_S = 1.0
+# `sglang/srt/entrypoints/http_server.py`:218 HEALTH_CHECK_TIMEOUT: a probe that sees no
+# output from the scheduler for this long answers 503.
+HEALTH_CHECK_TIMEOUT_S = 20.0
 
 
 @dataclass
@@ -44,17 +48,36 @@ class SimRuntime:
     started_at: float = field(default_factory=time.time)
     startup_time: float = 0.0            # seconds from launch to ready, as SGLang reports it
     completed: int = 0
+    meter: DecodeMeter | None = None     # made from the options when not given
+    aborts: int = 0                      # aborts sent to the scheduler
     retraction: Retraction = field(init=False)
-    meter: DecodeMeter = field(init=False)
     chat: ChatHandler = field(init=False)
 
     def __post_init__(self) -> None:
         self.retraction = Retraction(self.slots, self.metrics)
         o = self.opts
-        self.meter = DecodeMeter(o.tokens_per_s, o.time_scale, instant=o.instant)
-        self.faults.on_speed = self.meter.set_speed
+        if self.meter is None:
+            self.meter = DecodeMeter(o.tokens_per_s, o.time_scale, instant=o.instant,
+                                     batch_knee=o.batch_knee)
+        self.faults.on_speed = self._on_speed
         self.chat = ChatHandler(self.opts, self.slots, self.faults, self._on_finished,
                                 self.meter)
+        self.chat.on_abort = self._on_abort
+
+    def _on_speed(self, speed: float) -> None:
+        assert self.meter is not None
+        self.meter.set_speed(speed)
+        # A stuck scheduler admits nothing either; freed, it admits what fits at once.
+        self.slots.pool.frozen = speed == 0
+        self.slots.pool.admit()
+
+    def _on_abort(self) -> None:
+        """`sglang/srt/managers/tokenizer_manager.py` abort_request: each abort it sends the
+        scheduler counts once in sglang:num_aborted_requests_total
+        (`sglang/srt/observability/metrics_collector.py`:1959), which only exists after it."""
+        self.aborts += 1
+        if self.metrics is not None:
+            self.metrics.aborted()
 
     def _on_finished(self, prompt_tokens: int, completion_tokens: int, streaming: bool) -> None:
         self.completed += 1
@@ -63,6 +86,11 @@ class SimRuntime:
         after = self.opts.fault_after_requests
         if after is not None and self.completed == after and self.opts.fault != "none":
             self.trigger_soon(self.opts.fault)
+
+    def last_output_at(self) -> float:
+        """Wall-clock time of the scheduler's last output (for the health check's line)."""
+        assert self.meter is not None
+        return time.time() - (time.monotonic() - self.meter.last_token_at)
 
     def trigger_soon(self, fault: str) -> None:
         """Apply a fault once the current response is on its way (crash, oom and hang never
@@ -86,6 +114,8 @@ def _server_info(rt: SimRuntime) -> dict[str, Any]:
     o = rt.opts
     args = o.server_args()
     internal = dict(args)
+    # SGLang reports the flag as given (null when unset); the scheduler's own figure is
+    # per DP rank in internal_states, and may be far above what the KV pool admits.
     internal.update({
         "world_size": o.tp_size * o.dp_size,
         "startup_time": rt.startup_time,
@@ -122,7 +152,11 @@ def _sim_state(rt: SimRuntime) -> dict[str, Any]:
             "peak_queued": s.peak_queued, "requests_total": s.requests_total,
             "generation_tokens_total": s.generation_tokens_total,
             "tokens_per_s": o.tokens_per_s, "time_scale": o.time_scale, "instant": o.instant,
-            "seed": o.seed, "startup_s": o.startup_s, "children": [c.pid for c in rt.faults.children]}
+            "seed": o.seed, "startup_s": o.startup_s, "children": [c.pid for c in rt.faults.children],
+            "kv_used_tokens": rt.slots.pool.used(), "kv_capacity": rt.slots.pool.capacity,
+            "new_token_ratio": round(rt.slots.pool.new_token_ratio(), 4),
+            "retracted_total": rt.retraction.total, "aborts": rt.aborts,
+            "batch_knee": o.batch_knee}
 
 
 def scheduler_sample(rt: SimRuntime) -> SchedulerSample:
@@ -145,12 +179,24 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
     async def health(_: Request) -> Response:
         # `sglang/srt/entrypoints/http_server.py` health_generate (/health too, as
         # SGLANG_ENABLE_HEALTH_ENDPOINT_GENERATION defaults on): 503 at once while the
-        # status is Starting; otherwise it sends a one-token request and sleeps 1 s before
-        # first looking for any output, so a 200 never comes sooner than that.
+        # status is Starting; otherwise it sends a one-token request and looks, once a
+        # second, for any output from the scheduler since it began (its own or anyone's):
+        # 200 at the first, so never sooner than a second; 503 after HEALTH_CHECK_TIMEOUT
+        # (20 s) without any, with SGLang's error line. A stuck scheduler gives no output;
+        # a busy one serving others does.
         if not rt.ready:
             return Response(status_code=503)
-        await asyncio.sleep(HEALTH_CHECK_MIN_S / rt.opts.time_scale)
-        return Response(status_code=200)
+        scale = rt.opts.time_scale
+        tic = time.time()
+        for _ in range(int(HEALTH_CHECK_TIMEOUT_S / HEALTH_CHECK_MIN_S)):
+            await asyncio.sleep(HEALTH_CHECK_MIN_S / scale)
+            if not rt.faults.is_stalled:
+                return Response(status_code=200)
+        log_err("Health check failed. Server couldn't get a response from detokenizer for "
+                f"last {HEALTH_CHECK_TIMEOUT_S:g} seconds. tic start time: "
+                f"{time.strftime('%H:%M:%S', time.localtime(tic))}. last_heartbeat time: "
+                f"{time.strftime('%H:%M:%S', time.localtime(rt.last_output_at()))}")
+        return Response(status_code=503)
 
     async def models(_: Request) -> Response:
         return JSONResponse({"object": "list", "data": [{
@@ -162,6 +208,10 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         return JSONResponse(_model_info(rt))
 
     async def server_info(_: Request) -> Response:
+        # SGLang asks every scheduler for its internal state (get_internal_state): a stuck
+        # scheduler never answers, so neither does this route, until it is unstuck.
+        while rt.faults.is_stalled:
+            await asyncio.sleep(0.05)
         return JSONResponse(_server_info(rt))
 
     async def chat(request: Request) -> Response:
@@ -175,6 +225,11 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
             req, done = rt.chat.prepare(body)
         except BadRequest as exc:
             return JSONResponse(error_body(str(exc), kind=exc.kind), status_code=400)
+        if not req.stream and done.refusal is not None:
+            # The scheduler's refusal, unstreamed: a ValueError in the tokenizer manager
+            # (tokenizer_manager.py _handle_abort_finish_reason), answered as a 400 of type
+            # "BadRequestError" (seen on the real server).
+            return JSONResponse(error_body(done.refusal), status_code=400)
         if not req.stream:
             done = await rt.chat.decode(done)
             if done.finish_reason == ERRORED:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections import deque
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import Callable, Iterator
 
 import anyio
 
@@ -24,6 +24,8 @@ import anyio
 class Flight:
     rid: str
     aborted: anyio.Event = field(default_factory=anyio.Event)
+    # Also told of an abort (a stream wakes on one event for an abort or a retraction).
+    on_abort: Callable[[], None] | None = None
 
 
 ABORTED_KEPT = 1000      # the newest aborted rids /sim/state lists (for tests)
@@ -58,4 +60,6 @@ class InFlight:
             if not f.aborted.is_set():
                 self.aborted.append(f.rid)
             f.aborted.set()
+            if f.on_abort is not None:
+                f.on_abort()
         return len(hit)

@@ -91,7 +91,8 @@ async def generate(handler: ChatHandler, request: Request) -> Response:
                       reasoning_content=None, finish_reason=plan.finish_reason,
                       matched_stop=EOS_TOKEN_ID if plan.finish_reason == "stop" else None,
                       prompt_tokens=prompt_tokens, completion_tokens=plan.completion_tokens,
-                      reasoning_tokens=0, answer=answer)
+                      reasoning_tokens=0, answer=answer,
+                      budget=opts.context_length - prompt_tokens if max_new is None else max_new)
     done = await handler.decode(done)
     queued = done.finish_reason == "abort" and done.prompt_tokens == 0
     meta: dict[str, Any] = {"id": rid, "finish_reason": _finish_reason(done, queued)}
@@ -115,5 +116,10 @@ async def abort_request(handler: ChatHandler, request: Request) -> Response:
     if not isinstance(body, dict):
         return _error("body must be a JSON object")
     rid = body.get("rid") or ""
-    handler.inflight.abort(rid if isinstance(rid, str) else "", bool(body.get("abort_all")))
+    rid = rid if isinstance(rid, str) else ""
+    abort_all = bool(body.get("abort_all"))
+    # Sent to the scheduler (and counted) only for a request in flight, or all of them.
+    if (abort_all or (rid and rid in handler.inflight)) and handler.on_abort is not None:
+        handler.on_abort()
+    handler.inflight.abort(rid, abort_all)
     return Response(status_code=200)

@@ -53,10 +53,18 @@ class SimOptions:
     skip_server_warmup: bool = False
     launch_command: str = ""
     stream_step: int = 16            # tokens per streamed delta; 0: one delta per part
+    max_total_tokens: int | None = None   # SGLang's --max-total-tokens: the KV pool, in tokens
+    attn_dp_size: int = 1
+    batch_knee: int = 0              # see decode_meter.py; 0: a stream's speed ignores the batch
 
     @property
     def max_total_num_tokens(self) -> int:
-        """The simulated KV pool: grows with the memory fraction the operator gave it."""
+        """The simulated KV pool: --max-total-tokens when given (SGLang caps its pool there,
+        `sglang/srt/model_executor/model_runner.py`), else it grows with the memory fraction
+        the operator gave it (0.88 -> 880,000 tokens: roomy enough that only a test that
+        asks for pressure sees any)."""
+        if self.max_total_tokens is not None:
+            return self.max_total_tokens
         return int(self.mem_fraction_static * 1_000_000)
 
     @property
@@ -99,6 +107,9 @@ class SimOptions:
             "context_length": self.context_length,
             "reasoning_parser": self.reasoning_parser,
             "tp_size": self.tp_size, "dp_size": self.dp_size,
+            # srt/arg_groups/fields/parallel.py:73,81; resolved to 1 without DP attention.
+            "attn_dp_size": self.attn_dp_size,
+            "max_total_tokens": self.max_total_tokens,
             "enable_metrics": self.enable_metrics,
             "allow_auto_truncate": self.allow_auto_truncate,
             "served_model_name": self.model_name,
@@ -143,6 +154,10 @@ def _sim_parser() -> argparse.ArgumentParser:
                         "when given, else 16); 0: the whole trace in one delta and the "
                         "whole answer in another, as SGLang coalesces the deltas a client "
                         "has not read yet (tokenizer_manager.py _coalesce_streaming_chunks)")
+    s.add_argument("--sim-batch-knee", type=int, default=None,
+                   help="a batch of n decodes each stream at 1/(1+(n-1)/K) of "
+                        "--sim-tokens-per-s, the total saturating at K streams' worth "
+                        "(default: 32 with --max-total-tokens, else 0: no slowdown)")
     s.add_argument("--sim-children", type=int, default=0,
                    help="sleeping child processes in our process group (like SGLang's "
                         "scheduler and detokenizer)")
@@ -170,6 +185,12 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
     if ns.max_running_requests is not None and ns.max_running_requests < 1:
         raise SystemExit("--max-running-requests must be >= 1")
     stream_step = _stream_step(sim.sim_stream_step, rest, ns.stream_interval)
+    max_total_tokens = _max_total_tokens(ns.max_total_tokens)
+    knee = sim.sim_batch_knee
+    if knee is None:
+        knee = 32 if max_total_tokens is not None else 0
+    if knee < 0:
+        raise SystemExit("--sim-batch-knee must be >= 0")
     return SimOptions(
         model_path=ns.model_path, host=ns.host or "127.0.0.1",
         port=30000 if ns.port is None else ns.port,
@@ -190,7 +211,29 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         collapse_factor=sim.sim_collapse_factor,
         disable_radix_cache=ns.disable_radix_cache, skip_server_warmup=ns.skip_server_warmup,
         launch_command=" ".join(["python3", "-m", "sglang.launch_server", *rest]),
-        stream_step=stream_step)
+        stream_step=stream_step, max_total_tokens=max_total_tokens,
+        attn_dp_size=_attn_dp_size(ns), batch_knee=knee)
+
+
+def _max_total_tokens(value: str | None) -> int | None:
+    if value is None:
+        return None
+    try:
+        tokens = int(value)
+    except ValueError:
+        raise SystemExit(f"--max-total-tokens must be an integer, got {value!r}") from None
+    if tokens < 16:
+        raise SystemExit(f"--max-total-tokens must be at least 16, got {tokens}")
+    return tokens
+
+
+def _attn_dp_size(ns: argparse.Namespace) -> int:
+    """Attention DP ranks as ServerArgs resolves them: dp_size with DP attention, else 1
+    (srt/arg_groups/fields/parallel.py:73,81)."""
+    explicit = getattr(ns, "attn_dp_size", None)
+    if explicit:
+        return explicit
+    return (ns.dp_size or 1) if getattr(ns, "enable_dp_attention", False) else 1
 
 
 def _stream_step(sim_step: int | None, rest: list[str], stream_interval: int) -> int:

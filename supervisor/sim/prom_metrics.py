@@ -128,6 +128,12 @@ class SimMetrics:
         self.num_requests_total = Counter(
             name="sglang:num_requests_total",
             documentation="Number of requests processed.", labelnames=tok_names)
+        # metrics_collector.py:1959, labelled with the collector's own labels (no
+        # is_streaming); no sample, so no family on /metrics, before the first abort.
+        self.num_aborted_requests_total = Counter(
+            name="sglang:num_aborted_requests_total",
+            documentation="Number of requests aborted.",
+            labelnames=list(self.tokenizer_labels))
 
     def emit_constants(self, max_total_num_tokens: int) -> None:
         """Once at startup, as the scheduler's emit_metrics_constants."""
@@ -154,6 +160,9 @@ class SimMetrics:
         self.num_retracted_requests_total.labels(**lab).inc(reqs)
         self.num_retracted_input_tokens_total.labels(**lab).inc(input_tokens)
         self.num_retracted_output_tokens_total.labels(**lab).inc(output_tokens)
+
+    def aborted(self) -> None:
+        self.num_aborted_requests_total.labels(**self.tokenizer_labels).inc(1)
 
     def finished_request(self, prompt_tokens: int, generation_tokens: int,
                          is_streaming: bool = False) -> None:

@@ -30,6 +30,7 @@ import uvicorn
 
 from .batch_slots import BatchSlots
 from .child_processes import kill_children, spawn_children
+from .decode_meter import DecodeMeter
 from .faults import FaultState
 from .http_api import SimRuntime, build_app
 from .options import SimOptions
@@ -87,6 +88,14 @@ async def _warmup_then_up(rt: SimRuntime) -> None:
         rt.faults.apply(opts.fault)
 
 
+async def _scheduler_ticks(rt: SimRuntime) -> None:
+    """The scheduler's loop, coarsely: every 20 ms (real time) retract if the next decode
+    step does not fit the KV pool, then admit what fits (kv_pool.py)."""
+    while True:
+        rt.slots.tick()
+        await asyncio.sleep(0.02)
+
+
 async def _retraction_ticks(rt: SimRuntime) -> None:
     """While the fault is "retract" (from the start, a trigger or POST /sim/fault): a
     retraction tick every 2 s (scaled) over the running batch. The server keeps answering."""
@@ -107,10 +116,13 @@ def build_runtime(opts: SimOptions) -> SimRuntime:
     if opts.enable_metrics:
         set_prometheus_multiproc_dir()
         metrics = SimMetrics(opts.model_name, opts.dp_size)
-    # One scheduler per DP rank, each with its own slots (hence "_per_dp" in /server_info).
-    slots = BatchSlots(opts.effective_max_running_requests * opts.dp_size)
-    return SimRuntime(opts=opts, slots=slots,
-                      faults=faults, metrics=metrics)
+    meter = DecodeMeter(opts.tokens_per_s, opts.time_scale, instant=opts.instant,
+                        batch_knee=opts.batch_knee)
+    # One scheduler per DP rank, each with its own slots (hence "_per_dp" in /server_info)
+    # and its own KV pool: one shared queue over dp_size pools' worth, a simplification.
+    slots = BatchSlots(opts.effective_max_running_requests * opts.dp_size,
+                       capacity=opts.max_total_num_tokens * opts.dp_size, steps=meter.steps)
+    return SimRuntime(opts=opts, slots=slots, faults=faults, metrics=metrics, meter=meter)
 
 
 def _die_with_children(rt: SimRuntime) -> Any:
@@ -132,7 +144,8 @@ async def _run(rt: SimRuntime) -> bool:
     @asynccontextmanager
     async def lifespan(_app: Any) -> AsyncIterator[None]:
         tasks = [asyncio.create_task(_warmup_then_up(rt)),
-                 asyncio.create_task(_retraction_ticks(rt))]
+                 asyncio.create_task(_retraction_ticks(rt)),
+                 asyncio.create_task(_scheduler_ticks(rt))]
         try:
             yield
         finally:

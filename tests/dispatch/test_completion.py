@@ -23,6 +23,7 @@ def test_request_body_turns_thinking_on_with_live_max_tokens():
     assert body["max_completion_tokens"] == 8192 and "max_tokens" not in body
     assert body["chat_template_kwargs"] == {"enable_thinking": True}
     assert body["separate_reasoning"] is True and body["stream"] is False
+    # Off is said too: Qwen3's template thinks when the request says nothing (DESIGN.md).
     off = request_body("m", [], GenerationSection(enable_thinking=False), 10)
     # Off is said too: Qwen3's template thinks when nothing is said, and SGLang 0.5.23
     # reads a missing enable_thinking as on for such a parser

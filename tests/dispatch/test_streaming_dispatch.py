@@ -56,8 +56,9 @@ async def test_a_streamed_answer_equals_the_unstreamed_one_field_for_field(tmp_p
 
 
 async def test_a_stalled_request_is_aborted_retried_and_then_answered(tmp_path, sim_server):
-    # Paced decoding (~0.1 s a request); the stall fault holds every request after its last
-    # token, so with stall_s 0.3 the dispatcher aborts it and counts a retry.
+    # Paced decoding (~0.1 s a request); the stall share holds every prompt's first request
+    # halfway, after some tokens (the stall fault is a stuck scheduler now: no tokens at
+    # all), so with stall_s 0.3 the dispatcher aborts it and counts a retry.
     sim = sim_server("--max-running-requests", "2", "--reasoning-parser", "qwen3",
                      "--sim-tokens-per-s", "2000", "--sim-time-scale", "1")
     rows = _rows(6)
@@ -69,9 +70,9 @@ async def test_a_stalled_request_is_aborted_retried_and_then_answered(tmp_path, 
             draining = anyio.Event()
             async with anyio.create_task_group() as tg:
                 tg.start_soon(d.serve, Endpoint("gpu0", sim.base_url, 2), draining)
-                await _sim_post(sim.base_url, "/sim/fault", {"fault": "stall"})
+                await _sim_post(sim.base_url, "/sim/fault", {"stall_share": 1.0})
                 await wait_until(lambda: d.snapshot().streamed.stalls >= 1, 30, "a stall")
-                await _sim_post(sim.base_url, "/sim/fault", {"fault": "none"})
+                await _sim_post(sim.base_url, "/sim/fault", {"stall_share": 0.0})
 
                 async def all_done() -> bool:
                     return (await astore.call(Store.counts)).done == len(rows)
@@ -107,8 +108,8 @@ async def test_a_stalled_request_is_aborted_retried_and_then_answered(tmp_path, 
 
 async def test_three_stalls_on_one_server_mark_it_hung(tmp_path, sim_server):
     sim = sim_server("--max-running-requests", "3", "--reasoning-parser", "qwen3",
-                     "--sim-tokens-per-s", "2000", "--sim-time-scale", "1", "--sim-fault",
-                     "stall")
+                     "--sim-tokens-per-s", "2000", "--sim-time-scale", "1",
+                     "--sim-stall-share", "1")
     rows = _rows(3)
     store = open_store(tmp_path, rows)
     cfg = job_config(tmp_path, generation={"max_tokens": 100},

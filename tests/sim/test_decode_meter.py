@@ -101,6 +101,32 @@ def test_instant_tokens_are_counted_when_added():
     assert meter.read() == pytest.approx(600.0)
 
 
-def test_a_speed_must_be_above_zero():
-    with pytest.raises(ValueError, match="decode speed must be above 0"):
-        DecodeMeter(100, 1).set_speed(0)
+def test_a_speed_must_not_be_negative():
+    with pytest.raises(ValueError, match="decode speed must be 0 or above"):
+        DecodeMeter(100, 1).set_speed(-1)
+
+
+def test_speed_zero_stops_every_stream_until_it_is_set_again():
+    """A stuck scheduler (the stall fault) runs no decode step: speed 0 generates nothing."""
+    clock = Clock()
+    meter = DecodeMeter(100, 1, clock=clock)
+    meter.set_speed(0)
+    assert meter.rate == 0 and meter.seconds_for(10) == float("inf")
+    with meter.generating():
+        clock.now += 5
+        assert meter.steps() == 0
+        meter.set_speed(1)
+        clock.now += 1
+        assert meter.steps() == pytest.approx(100)
+
+
+def test_a_bigger_batch_slows_each_stream_and_saturates_the_total():
+    """--sim-batch-knee K: n streams each at 1/(1 + (n-1)/K), total bounded by K streams."""
+    meter = DecodeMeter(100, 1, batch_knee=4)
+    totals = []
+    for n in (1, 4, 16, 64):
+        meter.decoding = n
+        totals.append(n * meter.rate)
+        assert meter.rate == pytest.approx(100 / (1 + (n - 1) / 4))
+    meter.decoding = 0
+    assert totals == sorted(totals) and totals[-1] < 4 * 100

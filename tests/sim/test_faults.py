@@ -99,25 +99,51 @@ def test_hang_stops_answering_anything_and_ignores_sigterm(sim_server):
     assert _wait_exit(sim) == -signal.SIGKILL
 
 
-def test_stall_keeps_health_green_but_nothing_completes(sim_server):
-    sim = sim_server("--sim-instant")
-    assert _fault(sim, fault="stall").json()["fault"] == "stall"
-    with pytest.raises(httpx.ReadTimeout):
-        httpx.post(sim.base_url + "/v1/chat/completions", json=CHAT, timeout=1.0,
-                   trust_env=False)
-    assert httpx.get(sim.base_url + "/health_generate", timeout=2,
+def test_stall_stops_streams_and_health_fails_after_20_s_without_output(sim_server):
+    """A stuck scheduler: streams stop where they are, and `/health_generate` (like /health,
+    `sglang/srt/entrypoints/http_server.py`:218-790) waits HEALTH_CHECK_TIMEOUT = 20 s for any
+    output, then answers 503 with SGLang's error line, while /v1/models and /metrics still
+    answer (they never reach the scheduler) and /server_info hangs (it asks the scheduler).
+    Time scale 10: the 20 s are 2."""
+    sim = sim_server("--sim-time-scale", "10", "--sim-tokens-per-s", "5", "--enable-metrics")
+    with httpx.stream("POST", sim.base_url + "/v1/chat/completions", trust_env=False,
+                      timeout=10, json={**CHAT, "max_tokens": 400, "stream": True}) as r:
+        lines = r.iter_lines()
+        assert next(l for l in lines if l.startswith("data:"))       # the role chunk
+        next(l for l in lines if l.startswith("data:"))               # some text
+        assert _fault(sim, fault="stall").json()["fault"] == "stall"
+        started = time.monotonic()
+        health = httpx.get(sim.base_url + "/health_generate", timeout=10, trust_env=False)
+        assert health.status_code == 503 and time.monotonic() - started >= 1.9
+        assert httpx.get(sim.base_url + "/v1/models", timeout=2,
+                         trust_env=False).status_code == 200
+        assert httpx.get(sim.base_url + "/metrics", timeout=2, trust_env=False).status_code == 200
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.get(sim.base_url + "/server_info", timeout=0.5, trust_env=False)
+        state = httpx.get(sim.base_url + "/sim/state", timeout=2, trust_env=False).json()
+        assert state["running"] == 1 and state["requests_total"] == 0   # stuck in its slot
+        assert "Health check failed. Server couldn't get a response from detokenizer for " \
+               "last 20 seconds." in sim.log_text()
+        # Lifting the fault lets the stream go on to its end (a test can end cleanly).
+        _fault(sim, fault="none")
+        assert any(l == "data: [DONE]" for l in lines)
+    assert httpx.get(sim.base_url + "/health_generate", timeout=10,
                      trust_env=False).status_code == 200
-    state = httpx.get(sim.base_url + "/sim/state", timeout=2, trust_env=False).json()
-    assert state["running"] == 1 and state["requests_total"] == 0   # stuck in its slot
-    # Lifting the fault lets the stuck batch finish (a test can end cleanly).
-    _fault(sim, fault="none")
-    r = httpx.post(sim.base_url + "/v1/chat/completions", json=CHAT, timeout=10,
-                   trust_env=False)
-    assert r.status_code == 200
 
 
-def test_stall_from_the_start_is_ready_but_never_finishes(sim_server):
-    sim = sim_server("--sim-instant", "--sim-fault", "stall")
+def test_stall_from_the_start_is_up_but_never_healthy_and_never_finishes(sim_server):
+    """Stuck from readiness: the warmup is over, but the health probe's own one-token
+    request gets no output, so it answers 503 after 20 s (2 at time scale 10), never 200."""
+    sim = sim_server("--sim-instant", "--sim-fault", "stall", "--sim-time-scale", "10",
+                     wait=False)
+    for _ in range(200):
+        if "The server is fired up and ready to roll!" in sim.log_text():
+            break
+        time.sleep(0.05)
+    started = time.monotonic()
+    assert httpx.get(sim.base_url + "/health_generate", timeout=10,
+                     trust_env=False).status_code == 503
+    assert time.monotonic() - started >= 1.9
     with pytest.raises(httpx.ReadTimeout):
         httpx.post(sim.base_url + "/v1/chat/completions", json=CHAT, timeout=1.0,
                    trust_env=False)

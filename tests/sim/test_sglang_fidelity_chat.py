@@ -117,7 +117,12 @@ def test_input_at_context_length_is_refused(sim_server):
     # 4 + 2 template tokens + 376 chars / 4 = 100 tokens: exactly the context.
     msg = _error(chat(sim.base_url, "x" * 376))
     assert msg == "The input (100 tokens) is longer than the model's context length (100 tokens)."
-    assert chat(sim.base_url, "x" * 372, max_tokens=1).status_code == 200   # 99 tokens
+    # 99 tokens pass this check but not the scheduler's (max_req_input_len = 100 - 1 - 5):
+    # that refusal names the other limit (sglang/srt/managers/utils.py:270-287).
+    late = chat(sim.base_url, "x" * 372, max_tokens=1)
+    assert late.status_code == 400 and late.json()["message"].startswith(
+        "Input length (99 tokens) exceeds the maximum allowed length (94 tokens).")
+    assert chat(sim.base_url, "x" * 348, max_tokens=1).status_code == 200   # 93 tokens
 
 
 def test_input_plus_max_tokens_over_context_is_refused_but_equal_is_fine(sim_server):

@@ -107,9 +107,10 @@ def test_running_queued_and_token_usage_follow_the_batch(sim_server):
     """sglang/srt/observability/metrics_collector.py log_stats: num_running_reqs and
     num_queue_reqs are the batch and the waiting queue; token_usage is the used share of the
     KV pool (0..1), rounded to 2 places (sglang/srt/managers/scheduler_components/
-    pool_stats_observer.py). A small pool (--mem-fraction-static 0.01) makes it visible."""
+    pool_stats_observer.py): the running requests' prompt and output tokens. A small pool
+    (--max-total-tokens 1000) makes it visible."""
     sim = sim_server("--enable-metrics", "--max-running-requests", "2",
-                     "--sim-tokens-per-s", "20", "--mem-fraction-static", "0.01",
+                     "--sim-tokens-per-s", "20", "--max-total-tokens", "1000",
                      "--context-length", "4096")
     threads = [threading.Thread(target=chat, args=(sim.base_url, f"q{i}"),
                                 kwargs={"max_tokens": 60}) for i in range(5)]
