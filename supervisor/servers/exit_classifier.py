@@ -45,7 +45,7 @@ class ExitKind(StrEnum):
     OOM = "oom"
     CRASH = "crash"
     HANG = "hang"              # health probes failed or timed out, or SGLang's watchdog fired
-    STALL = "stall"            # requests in flight, none completing
+    STALL = "stall"            # requests in flight, no token from the server (hang_rule.py)
     STARTUP_TIMEOUT = "startup_timeout"
     CONFIG = "config"          # the launch flags were refused: restarting cannot help
     STOPPED = "stopped"        # by us: restart, retune, shutdown
@@ -258,5 +258,5 @@ def classify(trigger: Trigger, returncode: int | None, log_lines: Iterable[str],
     if trigger is Trigger.HEALTH:
         return ExitReason(ExitKind.HANG, detail or "health probes failed", code, sig)
     if trigger is Trigger.PROGRESS:
-        return ExitReason(ExitKind.STALL, detail or "no request completed", code, sig)
+        return ExitReason(ExitKind.STALL, detail or "no progress", code, sig)
     return ExitReason(ExitKind.STARTUP_TIMEOUT, detail or "not ready in time", code, sig)

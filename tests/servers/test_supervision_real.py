@@ -17,6 +17,7 @@ from pathlib import Path
 import anyio
 import pytest
 
+from supervisor.contract.pause_sources import PauseSource
 from supervisor.job.main_loop import Job
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
@@ -145,11 +146,11 @@ async def test_server_failing_every_start_ends_failed_while_the_other_finishes(
         while state_of(job, "gpu1") is not S.FAILED:
             status = job.last_status
             if not held and status is not None and status.remaining < prompts // 4:
-                await job.dispatcher.pause("test", "waiting for gpu1 to fail", "test")
+                await job.dispatcher.pause(PauseSource.OPERATOR, "waiting for gpu1 to fail", "test")
                 held = True
             await anyio.sleep(0.02)
         if held:
-            await job.dispatcher.resume("test", "test")
+            await job.dispatcher.resume(PauseSource.OPERATOR, "test")
 
     _, result = await run_job(cfg, watch, base_env=env, on_status=statuses.append)
     assert_every_prompt_once(cfg, result, prompts)

@@ -19,6 +19,7 @@ from typing import Any
 import anyio
 import pytest
 
+from supervisor.contract.pause_sources import PauseSource
 from supervisor.config import JobConfig
 from supervisor.job.main_loop import Job
 from supervisor.job.status import JobStatus
@@ -135,7 +136,9 @@ async def test_a_server_that_hangs_after_every_start_ends_failed_however_slowly(
     cfg = slow_job(tmp_path, servers=2, prompts=prompts, command=[sys.executable, str(WRAPPER)],
                    max_failures=50, failure_window_s=3600.0, max_unserved_failures=3,
                    served_after_s=30.0)
-    env = {**os.environ, "SIM_BROKEN_GPUS": "1", "SIM_BROKEN_FAULT": "stall"}
+    # Stuck once its first answer is out, at every life: READY each time, then no token.
+    env = {**os.environ, "SIM_BROKEN_GPUS": "1", "SIM_BROKEN_FAULT": "stall",
+           "SIM_BROKEN_AFTER_REQUESTS": "1"}
 
     async def hold_until_failed(job: Job) -> None:
         await wait_fleet(job)
@@ -147,11 +150,11 @@ async def test_a_server_that_hangs_after_every_start_ends_failed_however_slowly(
             while state_of(job, "gpu1") is not S.FAILED:
                 status = job.last_status
                 if not held and status is not None and status.remaining < 12:
-                    await job.dispatcher.pause("test", "until gpu1 has failed", "test")
+                    await job.dispatcher.pause(PauseSource.OPERATOR, "until gpu1 has failed", "test")
                     held = True
                 await anyio.sleep(0.05)
         if held:
-            await job.dispatcher.resume("test", "test")
+            await job.dispatcher.resume(PauseSource.OPERATOR, "test")
 
     _, result = await run_job(cfg, hold_until_failed, base_env=env, timeout_s=180)
     assert result.finished, result.reason
