@@ -143,7 +143,7 @@ def test_a_version_5_db_gains_the_ledger_with_its_answers_kept_and_loops_wasted(
         con.execute("INSERT INTO prompts (id, messages, status, completion_tokens, loop, "
                     "server, finished_at) VALUES (?, '[]', ?, ?, ?, 'gpu0', 5.0)",
                     (pid, status, tokens, loop))
-    assert migrate(con) == [6, 7] and schema_version(con) == 7
+    assert migrate(con) == [6, 7, 8] and schema_version(con) == 8
     con.close()
     with Store.open(path) as store:
         ledger = store.token_ledger()
