@@ -192,6 +192,20 @@ def cpu_s(pid: int) -> float:
     return t.user + t.system
 
 
+def tui_cpu(sock: str, windows: int = 2, window_s: float = 8.0) -> float:
+    """dflash-tui attached in a real terminal (tmux, 100x30), snapshots every second: the
+    median of its CPU over `windows` windows, % of one core (bench_tui.py's method)."""
+    import bench_tui as bt
+    bt.tmux("new-session", "-d", "-s", bt.SESSION, "-x", "100", "-y", "30",
+            f"cd {ROOT} && {sys.executable} -m tui --socket {sock}")
+    try:
+        bt.wait_for(lambda s: "● live" in s, timeout_s=60)
+        time.sleep(2.0)
+        return statistics.median(bt.cpu_percent(bt.app_process(), windows, window_s))
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", bt.SESSION], capture_output=True)
+
+
 def daemon_slice(work: Path, args: argparse.Namespace, answers: int,
                  stream_step: int) -> dict[str, Any]:
     """The real daemon on fast simulated servers until `answers` more are done (or the job
@@ -237,6 +251,8 @@ def daemon_slice(work: Path, args: argparse.Namespace, answers: int,
             r["snapshot_bytes"] = len(dumps(raw).encode())
             r["status_cli_live_s"] = timed([sys.executable, "-m", "supervisor", "status",
                                             "--socket", sock], work)["s"]
+            if args.tui:
+                r["tui_cpu_pct"] = tui_cpu(sock)
             client.resume()
             st = client.status()
             start_done, start_cpu, t0 = st.job.done, cpu_s(proc.pid), time.monotonic()
@@ -351,6 +367,8 @@ def main() -> int:
     p.add_argument("--slice", type=int, default=3_000, help="answers per daemon slice")
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--keep", action="store_true", help="leave the work directory")
+    p.add_argument("--no-tui", dest="tui", action="store_false",
+                   help="leave out the TUI's CPU (needs tmux)")
     p.add_argument("--child-import", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child_import:

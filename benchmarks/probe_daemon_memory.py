@@ -4,8 +4,9 @@ the allocation sites that grew most between the snapshot after `--warm` answers 
 
     python benchmarks/probe_daemon_memory.py [--prompts 60000] [--every 5000] [--warm 10000]
 
-Prints one line per snapshot (answers done, traced MB, anonymous RSS MB) and then the top
-growing sites (file:line, KB and blocks gained). tracemalloc roughly doubles the daemon's CPU;
+Prints one line per snapshot (answers done, traced MB, anonymous RSS MB) and the sites that
+grew most since the snapshot after `--warm` answers (file:line, KB and blocks gained);
+`--no-trace` prints anonymous RSS alone, the daemon at full speed. tracemalloc roughly doubles the daemon's CPU;
 the figures are for finding what grows, not for timing.
 """
 
@@ -48,12 +49,25 @@ def done(db: Path) -> int:
 
 
 def watch(db: Path, every: int, warm: int, top: int, stop: threading.Event,
-          total: int) -> None:
+          total: int, trace_from: int | None) -> None:
     snaps: list[tuple[int, tracemalloc.Snapshot]] = []
     mark = every
     while not stop.is_set():
         n = done(db)
-        if n >= mark or n >= total:
+        if trace_from is not None and n >= trace_from and not tracemalloc.is_tracing():
+            # Traced from here on: what is still alive at the next snapshots was allocated
+            # during the long run, at full speed until now.
+            tracemalloc.start(1)
+            mark = n
+        if (n >= mark or n >= total) and not tracemalloc.is_tracing():
+            if trace_from is not None and n < trace_from:
+                stop.wait(1.0)
+                continue
+            print(json.dumps({"done": n, "anon_rss_mb": round(anon_rss_mb(), 1)}), flush=True)
+            mark = n + every
+            if n >= total:
+                break
+        elif n >= mark or n >= total:
             snap = tracemalloc.take_snapshot().filter_traces(
                 [tracemalloc.Filter(False, tracemalloc.__file__)])
             traced = sum(s.size for s in snap.statistics("filename")) / 1e6
@@ -79,19 +93,31 @@ def main() -> int:
     p.add_argument("--warm", type=int, default=10_000)
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--max-tokens", type=int, default=1024)
+    p.add_argument("--thinking", action="store_true", help="thinking on, as the seed job")
+    p.add_argument("--no-trace", dest="trace", action="store_false",
+                   help="anonymous RSS only, at full speed (no tracemalloc)")
+    p.add_argument("--trace-from", type=int, default=None,
+                   help="full speed until this many answers, traced after (sets --warm)")
     args = p.parse_args()
     work = Path(tempfile.mkdtemp(prefix="memprobe-"))
     data = config_dict(work, prompts=args.prompts)
     data["servers"]["flags"] = {"max-running-requests": 32, "sim-instant": True,
                                 "sim-stream-step": 16, "context-length": 8192}
     data["generation"]["max_tokens"] = args.max_tokens
+    if args.thinking:           # the seed's shape: a trace, then the answer
+        data["generation"]["enable_thinking"] = True
+        data["servers"]["flags"]["reasoning-parser"] = "qwen3"
     data["job"]["shard_size"] = 500
     (work / "job.toml").write_text(_toml(data))
     os.chdir(work)
-    tracemalloc.start(1)
+    if args.trace_from is not None:
+        args.warm = args.trace_from
+    elif args.trace:
+        tracemalloc.start(1)
     stop = threading.Event()
     t = threading.Thread(target=watch, args=(work / "job.db", args.every, args.warm, args.top,
-                                              stop, args.prompts), daemon=True)
+                                              stop, args.prompts, args.trace_from),
+                         daemon=True)
     t.start()
     from supervisor.cli import main as cli
     try:
