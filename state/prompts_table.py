@@ -237,7 +237,7 @@ class PromptsTable(StoreConnection):
             "SELECT id, attempts, error FROM prompts WHERE status = 'failed' "
             "ORDER BY rowid LIMIT ?", (limit,))]
 
-    # -- lines refused at import (schema 8) ------------------------------------------------
+    # -- lines refused at import (schema 9) ------------------------------------------------
 
     def clear_import_refusals(self, file: str) -> int:
         """Forget a file's refused lines before it is imported again (its lines may be fixed)."""

@@ -1,48 +1,42 @@
 """The state DB copied beside the shards, periodically and at stop, under the partition's key.
 
-One backup: an online copy of the DB (state/db_copy.py) into the state directory, put to the
-output through the same sink and the same verification as a shard (ETag or read-back on S3,
-read-back on a directory), then `_state/backup.json` naming it; older copies are deleted
-after that, keeping the one before (a kill between the two puts leaves the manifest naming
-a copy that is still there). Runs in a worker thread, never on the event loop; a failure is
-logged and retried at the next interval, and never stops the job.
+One backup: an online copy of the DB (state/db_copy.py) into the state directory, split into
+content-addressed chunks (state_backup/chunks.py); the chunks the output does not hold yet
+are put through the same sink and the same verification as a shard (ETag or read-back on S3,
+read-back on a directory), then `_state/backup.json` naming them in order. So an interval
+uploads what changed since the last backup, not the whole DB. Chunks that neither this
+manifest nor the one before it name are deleted after that (a kill between the puts leaves
+the old manifest naming chunks that are still there). Runs in a worker thread, never on the
+event loop; a failure is logged and retried at the next interval, and never stops the job.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import mmap
 import sqlite3
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Awaitable, Callable
 
 import anyio
 
 from state.db_copy import copy_live, inspect
+from supervisor.state_backup.chunks import CHUNK_BYTES, chunk_key, chunk_prefix, read_chunk, split
 from supervisor.state_backup.keys import db_key, is_db_key, manifest_key, state_prefix
-from supervisor.state_backup.manifest import BackupManifest, ShardRecord
+from supervisor.state_backup.manifest import BackupManifest, ManifestError, ShardRecord
 from supervisor.state_backup.restore import NodeIdentity, RestoreRefused, check_siblings
 from supervisor.uploads.output_reader import OutputReader
 from supervisor.uploads.sink import ShardBlob, Sink, UploadError
 
 log = logging.getLogger("supervisor.backup")
 
-KEEP_PREVIOUS = 1
 
-
-def _blob(key: str, path: Path, single_part_limit: int) -> tuple[ShardBlob, object]:
-    """The copy's bytes for the sink: in memory when small, else mapped from the file so a
-    multi-GB DB is not read into the daemon's memory (parts are sliced from the map)."""
-    size = path.stat().st_size
-    if size <= single_part_limit or size == 0:
-        return ShardBlob.of(key, path.read_bytes()), None
-    f = open(path, "rb")
-    mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-    f.close()
-    return ShardBlob(key, mm, hashlib.md5(mm).hexdigest(),  # type: ignore[arg-type]
-                     hashlib.sha256(mm).hexdigest()), mm
+@dataclass(frozen=True)
+class Sent:
+    """What one backup put to the output: the chunks it lacked, and the manifest."""
+    chunks: int
+    bytes: int
 
 
 def uploaded_shards(path: Path) -> tuple[ShardRecord, ...]:
@@ -59,17 +53,18 @@ def uploaded_shards(path: Path) -> tuple[ShardRecord, ...]:
 
 class StateBackup:
     def __init__(self, db_path: Path, sink: Sink, reader: OutputReader, me: NodeIdentity,
-                 interval_s: float, single_part_limit: int,
+                 interval_s: float, chunk_bytes: int = CHUNK_BYTES,
                  on_conflict: Callable[[str], Awaitable[None]] | None = None) -> None:
         self.db_path = db_path
         self.sink = sink
         self.reader = reader
         self.me = me
         self.interval_s = interval_s
-        self.single_part_limit = single_part_limit
+        self.chunk_bytes = chunk_bytes
         self.on_conflict = on_conflict
         self.last: BackupManifest | None = None
         self.last_error: str | None = None
+        self.last_sent: Sent | None = None
         self._limiter = anyio.CapacityLimiter(1)
 
     async def run(self) -> None:
@@ -113,34 +108,56 @@ class StateBackup:
         started = time.time()
         copy = self.db_path.with_name(self.db_path.name + ".backup")
         copy_live(self.db_path, copy)
+        part = self.me.partition
         try:
             info = inspect(copy)
-            key = db_key(self.me.partition, int(started * 1000))
-            blob, mm = _blob(key, copy, self.single_part_limit)
-            size, sha256 = blob.size, blob.sha256
-            try:
-                receipt = self.sink.put(blob)
-            finally:
-                if mm is not None:
-                    mm.close()  # type: ignore[attr-defined]
+            chunks, sha256 = split(copy, self.chunk_bytes)
+            held = {o.key for o in self.reader.list(chunk_prefix(part))}
+            sent = Sent(0, 0)
+            for chunk in chunks:
+                key = chunk_key(part, chunk.sha256)
+                if key in held:
+                    continue
+                receipt = self.sink.put(ShardBlob.of(key, read_chunk(copy, chunk)))
+                held.add(key)
+                sent = Sent(sent.chunks + 1, sent.bytes + chunk.size)
             manifest = BackupManifest(
                 partition=self.me.partition_text, prompts_sha256=self.me.prompts_sha256,
-                prompts_file=self.me.prompts_file, db_key=key, db_sha256=sha256,
-                db_bytes=size, created_at=started, schema_version=info.schema_version,
-                done=info.done, total=info.total, shards=uploaded_shards(copy))
+                prompts_file=self.me.prompts_file, db_key=db_key(part, int(started * 1000)),
+                db_sha256=sha256, db_bytes=sum(c.size for c in chunks), created_at=started,
+                schema_version=info.schema_version, done=info.done, total=info.total,
+                shards=uploaded_shards(copy), chunks=tuple(c.sha256 for c in chunks),
+                chunk_bytes=self.chunk_bytes)
         finally:
             copy.unlink(missing_ok=True)
-        self.sink.put(ShardBlob.of(manifest_key(self.me.partition), manifest.to_bytes()))
-        self._prune(key)
-        log.info("state backed up to %s%s (%.1f MB, %d/%d done, %d shards uploaded, verified "
-                 "by %s) in %.1f s", self.reader.describe(), key, manifest.db_bytes / 1e6,
-                 manifest.done, manifest.total, len(manifest.shards), receipt.verified_by,
-                 time.time() - started)
+        previous = self._previous()
+        body = manifest.to_bytes()
+        receipt = self.sink.put(ShardBlob.of(manifest_key(part), body))
+        self.last_sent = Sent(sent.chunks, sent.bytes + len(body))
+        self._prune(manifest, previous)
+        log.info("state backed up to %s%s (%.1f MB DB, %.1f MB sent in %d new chunks, %d/%d "
+                 "done, %d shards uploaded, verified by %s) in %.1f s", self.reader.describe(),
+                 manifest_key(part), manifest.db_bytes / 1e6, self.last_sent.bytes / 1e6,
+                 sent.chunks, manifest.done, manifest.total, len(manifest.shards),
+                 receipt.verified_by, time.time() - started)
         return manifest
 
-    def _prune(self, current: str) -> None:
-        copies = sorted(o.key for o in self.reader.list(state_prefix(self.me.partition))
-                        if is_db_key(o.key, self.me.partition))
-        older = [k for k in copies if k < current]
-        for key in older[:max(0, len(older) - KEEP_PREVIOUS)]:
-            self.reader.delete(key)
+    def _previous(self) -> BackupManifest | None:
+        """The manifest this one replaces: its chunks are kept until the next backup."""
+        key = manifest_key(self.me.partition)
+        try:
+            return BackupManifest.from_bytes(self.reader.read_bytes(key), key)
+        except (FileNotFoundError, ManifestError):
+            return None
+
+    def _prune(self, current: BackupManifest, previous: BackupManifest | None) -> None:
+        part = self.me.partition
+        keep = {chunk_key(part, c) for c in current.chunks}
+        if previous is not None:
+            keep |= {chunk_key(part, c) for c in previous.chunks}
+            if not previous.chunks:
+                keep.add(previous.db_key)           # a whole-file copy from format 1
+        for obj in list(self.reader.list(state_prefix(part))):
+            ours = obj.key.startswith(chunk_prefix(part)) or is_db_key(obj.key, part)
+            if ours and obj.key not in keep:
+                self.reader.delete(obj.key)

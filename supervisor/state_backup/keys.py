@@ -1,7 +1,8 @@
 """Where a node's state backups go under the output prefix, beside its shards:
 
-    part-0003-of-0008/_state/backup.json    node 3's latest backup: what it is
-    part-0003-of-0008/_state/job-<ms>.db    the SQLite copies it names
+    part-0003-of-0008/_state/backup.json      node 3's latest backup: what it is
+    part-0003-of-0008/_state/chunks/<sha256>  the pieces of the DB copies it names
+    part-0003-of-0008/_state/job-<ms>.db      a whole copy, from a version before chunks
     (_state/… without a partition for a single-node job)
 """
 

@@ -4,6 +4,10 @@ It names the DB object and its digest (the restore checks the bytes against it),
 it is (partition and prompt file digest: a restore refuses anything else), and lists the
 shards the DB had verified as uploaded with their digests, which is what `verify` checks
 the output's bytes against without downloading a whole DB.
+
+Format 2 (this version writes it) names the copy's chunks (state_backup/chunks.py) in order:
+`db_key` is then the copy's name, not an object. Format 1 (one object at `db_key`, no
+chunks) is still read, so a node replaces one that an older version backed up.
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ import json
 from dataclasses import asdict, dataclass
 from typing import Any
 
-FORMAT = 1
+FORMAT = 2
+READABLE = (1, 2)
 
 
 class ManifestError(ValueError):
@@ -40,22 +45,26 @@ class BackupManifest:
     done: int
     total: int
     shards: tuple[ShardRecord, ...]
+    chunks: tuple[str, ...] = ()     # sha256 of each chunk, in file order; () = one object
+    chunk_bytes: int = 0
     format: int = FORMAT
 
     def to_bytes(self) -> bytes:
         body = asdict(self)
         body["shards"] = [asdict(s) for s in self.shards]
+        body["chunks"] = list(self.chunks)
         return (json.dumps(body, indent=1, sort_keys=True) + "\n").encode("utf-8")
 
     @classmethod
     def from_bytes(cls, data: bytes, where: str) -> BackupManifest:
         try:
             raw: Any = json.loads(data.decode("utf-8"))
-            if raw.get("format") != FORMAT:
+            if raw.get("format") not in READABLE:
                 raise ManifestError(f"{where}: backup format {raw.get('format')!r}, this "
-                                    f"supervisor reads {FORMAT}")
+                                    f"supervisor reads {' and '.join(map(str, READABLE))}")
             shards = tuple(ShardRecord(**s) for s in raw.pop("shards"))
-            return cls(**raw, shards=shards)
+            chunks = tuple(str(c) for c in raw.pop("chunks", ()))
+            return cls(**raw, shards=shards, chunks=chunks)
         except ManifestError:
             raise
         except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, KeyError,

@@ -100,5 +100,4 @@ class NodeState:
             await dispatcher.pause(PauseSource.PROMPT_FILE, reason, "backup")
 
         return StateBackup(self.db_path, self._sink(), self.reader, self.me,
-                           self.config.backup.interval_s,
-                           self.config.uploads.multipart_threshold_bytes, conflict)
+                           self.config.backup.interval_s, on_conflict=conflict)

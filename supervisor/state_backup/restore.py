@@ -15,6 +15,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 from state.records import Completion, ShardLine
 from state.shard_adoption import AdoptionError, UploadedShard, adopt_shard
@@ -23,6 +24,7 @@ from state.store import Store
 from supervisor.config import Partition
 from supervisor.file_digest import file_sha256
 from supervisor.shards.keys import parse_shard_key, partition_dir
+from supervisor.state_backup.chunks import assemble, chunk_prefix
 from supervisor.state_backup.keys import MANIFEST_NAME, STATE_DIR, manifest_key
 from supervisor.state_backup.manifest import BackupManifest, ManifestError
 from supervisor.uploads.output_reader import OutputReader
@@ -99,9 +101,8 @@ def restore_if_missing(reader: OutputReader, me: NodeIdentity, db_path: Path) ->
             f"{me.prompts_sha256[:12]}…): restore refused")
     db_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = db_path.with_name(db_path.name + ".restoring")
-    reader.download(manifest.db_key, tmp)
-    got = file_sha256(tmp)
     try:
+        got = _download(reader, manifest, tmp)
         if got != manifest.db_sha256:
             raise RestoreRefused(f"{manifest.db_key}: its bytes (sha256 {got[:12]}…) "
                                  f"are not the backup's ({manifest.db_sha256[:12]}…)")
@@ -121,6 +122,28 @@ def restore_if_missing(reader: OutputReader, me: NodeIdentity, db_path: Path) ->
                 "backed up at %.0f)", me.partition_text, where, info.done, info.total,
                 manifest.created_at)
     return manifest
+
+
+def _download(reader: OutputReader, manifest: BackupManifest, dest: Path) -> str:
+    """The backup's DB at `dest`, from its chunks (or its one object, format 1); returns the
+    sha256 of what was written."""
+    if not manifest.chunks:
+        reader.download(manifest.db_key, dest)
+        return file_sha256(dest)
+    prefix = chunk_prefix(Partition.parse(manifest.partition) if manifest.partition else None)
+
+    def parts() -> Iterator[tuple[str, bytes]]:
+        for sha in manifest.chunks:
+            try:
+                yield sha, reader.read_bytes(prefix + sha)
+            except FileNotFoundError:
+                raise RestoreRefused(f"{reader.describe()}{prefix}{sha}: a chunk of the backup "
+                                     f"{manifest.db_key} is missing") from None
+
+    try:
+        return assemble(parts(), dest)
+    except ValueError as exc:
+        raise RestoreRefused(f"{manifest.db_key}: {exc}, not the backup's") from None
 
 
 def _line(raw: bytes) -> ShardLine:

@@ -76,7 +76,7 @@ def test_three_nodes_finish_and_the_whole_job_verifies(tmp_path: Path, moto: Mot
     for i in range(3):
         m = manifest(s3, bucket, f"run/part-{i:04d}-of-0003/_state/backup.json")
         assert m["partition"] == f"{i}/3" and m["done"] == m["total"] > 0
-        assert f"run/{m['db_key']}" in listed
+        assert {f"run/part-{i:04d}-of-0003/_state/chunks/{c}" for c in m["chunks"]} <= set(listed)
         assert {s["key"] for s in m["shards"]} == {
             k[len("run/"):] for k in listed if k.startswith(f"run/part-{i:04d}") and "/shard-" in k}
     proc = verify(prompts, output, moto)
