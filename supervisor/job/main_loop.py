@@ -140,7 +140,7 @@ class Job:
         """State backups (a node of a many-node job): refuse a prompt file the other nodes
         do not share, and restore a lost node's DB before it is opened."""
         try:
-            self.node_state = NodeState.prepare(self.config)
+            self.node_state = NodeState.prepare(self.live)
             if self.node_state is not None:
                 self.node_state.before_open()
         except RestoreRefused as exc:

@@ -15,7 +15,7 @@ import random
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Protocol, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
 import anyio
 import httpx
@@ -27,15 +27,12 @@ from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.flag_check import require_accepted_retune
 from supervisor.servers.launch_command import build_specs
-from supervisor.servers.managed_server import FleetContext, ManagedServer
+from supervisor.servers.managed_server import Dispatching, FleetContext, ManagedServer
 from supervisor.servers.orphans import stop_orphan
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ServerSnapshot, ServerState
 
-if TYPE_CHECKING:
-    from supervisor.dispatch.dispatch_snapshot import ServerProgress
-    from supervisor.servers.endpoint import Endpoint
 
 log = logging.getLogger("supervisor.servers")
 T = TypeVar("T")
@@ -68,15 +65,6 @@ class RollingResult:
     @property
     def ok(self) -> bool:
         return self.aborted_at is None
-
-
-class Dispatching(Protocol):
-    """What the servers ask of the dispatcher: keep a READY server's slots full until it
-    drains, and how its requests are going (its slots, the hang watch)."""
-
-    async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None: ...
-
-    def progress(self, name: str) -> ServerProgress: ...
 
 
 class RollBusy(RuntimeError):

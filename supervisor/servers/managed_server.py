@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 import anyio
 import httpx
@@ -42,7 +42,7 @@ from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_slots import server_slots
 from supervisor.servers.server_state import ServerSnapshot, ServerState, check_transition
-from supervisor.servers.progress_reading import ProgressReader
+from supervisor.servers.progress_reading import ProgressReader, ServerProgressView
 from supervisor.servers.sglang_monitor import SglangMonitor
 from supervisor.servers.watchers import (Decision, Failure, Request, watch_exit, watch_health,
                                          watch_progress, watch_requests)
@@ -56,12 +56,21 @@ PORT_CHECKS = 3
 PORT_RECHECK_S = 1.0
 
 
+class Dispatching(Protocol):
+    """What the servers ask of the dispatcher: keep a READY server's slots full until it
+    drains, and how its requests are going (its slots, the hang watch)."""
+
+    async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None: ...
+
+    def progress(self, name: str) -> ServerProgressView: ...
+
+
 @dataclass
 class FleetContext:
     """What every server of a fleet shares."""
 
     store_call: Callable[..., Any]        # async (Store.method, *args) -> result
-    dispatcher: Any                       # serve(endpoint, draining), progress(name)
+    dispatcher: Dispatching
     client: httpx.AsyncClient
     clock: Callable[[], float]            # unix seconds, for events and snapshots
     monotonic: Callable[[], float]        # for the restart policy's failure window
@@ -170,7 +179,7 @@ class ManagedServer:
             **self._limit_fields(),
         )
 
-    def _progress(self) -> Any:
+    def _progress(self) -> ServerProgressView:
         return self.ctx.dispatcher.progress(self.name)
 
     def _waiting(self) -> int:
@@ -377,10 +386,12 @@ class ManagedServer:
                 with decision.scope:
                     async with anyio.create_task_group() as watch:
                         watch.start_soon(watch_exit, proc, decision, self.ctx.exit_poll_s)
+                        # The watchers read this server's settings at each check, so a
+                        # reload's timings apply within one interval, not from the next life.
                         watch.start_soon(watch_health, self.name, self.ctx.client,
-                                         spec.base_url, self.servers, decision, log)
-                        watch.start_soon(watch_progress, self.progress_reader.read, self.servers,
-                                         decision, rule)
+                                         spec.base_url, lambda: self.servers, decision, log)
+                        watch.start_soon(watch_progress, self.progress_reader.read,
+                                         lambda: self.servers, decision, rule)
                         watch.start_soon(watch_requests, self._wait_request, decision)
                         watch.start_soon(self.sglang.watch, self.ctx.client, spec.base_url,
                                          spec.argv, self.servers.health_interval_s,

@@ -7,7 +7,7 @@ completion rule's timeout derived from max tokens and the measured per-stream sp
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Protocol, Sequence
 
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.servers.hang_rule import HANG_MARGIN, ProgressReading
@@ -16,8 +16,19 @@ from supervisor.servers.sglang_monitor import SglangMonitor, metrics_enabled
 log = logging.getLogger("supervisor.servers")
 
 
+class ServerProgressView(Protocol):
+    """What the servers read of the dispatcher's progress record for one server
+    (dispatch/dispatch_snapshot.py ServerProgress writes it): declared here, below the
+    dispatcher, so the servers never import it."""
+    in_flight: int
+    completed: int
+    hung: str | None          # set when its streams stalled while it made no token
+    rates: Any                # its completion-rate window (None before the first answer)
+
+
 class ProgressReader:
-    def __init__(self, name: str, progress: Callable[[], Any], monitor: SglangMonitor,
+    def __init__(self, name: str, progress: Callable[[], ServerProgressView],
+                 monitor: SglangMonitor,
                  servers: Callable[[], ServersSection], dispatch: Callable[[], DispatchSection],
                  max_tokens: Callable[[], int], clock: Callable[[], float]) -> None:
         self.name = name
@@ -65,7 +76,7 @@ class ProgressReader:
                                hung=getattr(p, "hung", None), derived_timeout_s=derived,
                                derived_from=how)
 
-    def _derived_timeout(self, p: Any) -> tuple[float, str]:
+    def _derived_timeout(self, p: ServerProgressView) -> tuple[float, str]:
         """The longest answer we ask for at the measured per-stream speed, x HANG_MARGIN;
         the request timeout until a speed is measured."""
         rates = getattr(p, "rates", None)

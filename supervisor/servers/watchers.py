@@ -65,9 +65,12 @@ async def watch_exit(proc: ServerProcess, decision: Decision, poll_s: float) -> 
 
 
 async def watch_health(name: str, client: httpx.AsyncClient, base_url: str,
-                       s: ServersSection, decision: Decision, log: Any) -> None:
+                       settings: Callable[[], ServersSection], decision: Decision,
+                       log: Any) -> None:
+    """`settings` is read at each probe: a reload's health timings apply to the next one."""
     failures = 0
     while True:
+        s = settings()
         await anyio.sleep(s.health_interval_s)
         ok, detail = await probe(client, base_url, s.health_timeout_s)
         if ok:
@@ -82,14 +85,16 @@ async def watch_health(name: str, client: httpx.AsyncClient, base_url: str,
             return
 
 
-async def watch_progress(read: Callable[[], ProgressReading], s: ServersSection,
-                         decision: Decision, rule: HangRule) -> None:
+async def watch_progress(read: Callable[[], ProgressReading],
+                         settings: Callable[[], ServersSection], decision: Decision,
+                         rule: HangRule) -> None:
     """Hung-but-healthy: requests in flight and no token for `hang_timeout_s`
     (hang_rule.py says what counts), or the dispatcher saw its streamed requests stall
-    while the server made no token for anyone (dispatch/stall_watch.py sets `hung`)."""
-    interval = max(0.05, min(s.health_interval_s, s.hang_timeout_s / 4))
+    while the server made no token for anyone (dispatch/stall_watch.py sets `hung`).
+    `settings` is read at each tick: a reloaded hang timeout applies at once."""
     while True:
-        await anyio.sleep(interval)
+        s = settings()
+        await anyio.sleep(max(0.05, min(s.health_interval_s, s.hang_timeout_s / 4)))
         r = read()
         if r.hung:
             decision.decide(Failure(Trigger.PROGRESS, r.hung))

@@ -15,6 +15,7 @@ from typing import Any
 from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
+from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import PauseSource
 from supervisor.file_digest import file_sha256
@@ -36,15 +37,24 @@ class BackupUnreachable(RuntimeError):
 
 
 class NodeState:
-    def __init__(self, config: JobConfig, me: NodeIdentity) -> None:
-        self.config = config
+    def __init__(self, live: LiveSettings, me: NodeIdentity) -> None:
+        # The job's live settings (config/live_settings.py), read where needed: what this
+        # reads (the state and output paths, the backup interval) is restart-only today,
+        # but no copy can fall behind a reload that makes one of them live.
+        self.live = live
+        config = live.config
         self.me = me
         self.db_path = config.path(config.job.state)
         self.reader = output_reader(config.job.output, config.uploads, config.base_dir)
         self.restored: BackupManifest | None = None
 
+    @property
+    def config(self) -> JobConfig:
+        return self.live.config
+
     @classmethod
-    def prepare(cls, config: JobConfig) -> NodeState | None:
+    def prepare(cls, live: LiveSettings) -> NodeState | None:
+        config = live.config
         if not config.backups_enabled:
             return None
         prompts = config.path(config.job.prompts)
@@ -54,7 +64,7 @@ class NodeState:
             raise RestoreRefused(
                 f"job.prompts: {prompts}: {exc.strerror or exc} (a node that backs up its state "
                 "needs the prompt file, to check it is the one its siblings split)") from None
-        return cls(config, NodeIdentity(config.job.partition, digest, prompts.name))
+        return cls(live, NodeIdentity(config.job.partition, digest, prompts.name))
 
     def before_open(self) -> None:
         """Refuse a prompt file the other nodes do not share; restore a missing DB."""

@@ -29,13 +29,14 @@ def _ours(obj: object) -> bool:
 def walk(root: object, max_depth: int = 8) -> tuple[dict[str, Any], set[str]]:
     """Every container reachable from `root` through our objects' attributes and the
     containers' own items (the first 64 of each, to stay cheap), by path; and the names of
-    our classes the walk went through."""
+    our classes the walk went through. Breadth first: each object is reached by its shortest
+    path, so the depth bound never hides one that a long path happened to reach first."""
     seen: set[int] = set()
     found: dict[str, Any] = {}
     classes: set[str] = set()
-    stack: list[tuple[str, object, int]] = [("job", root, 0)]
+    stack: deque[tuple[str, object, int]] = deque([("job", root, 0)])
     while stack:
-        path, obj, depth = stack.pop()
+        path, obj, depth = stack.popleft()
         if id(obj) in seen or depth > max_depth:
             continue
         seen.add(id(obj))

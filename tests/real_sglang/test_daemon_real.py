@@ -28,7 +28,8 @@ from tests.fixtures.real_job import (assert_every_prompt_once, query, run_job, t
                                     wait_fleet, wait_for)
 from tests.fixtures.real_sglang import CPU_FLAGS, not_set_up, sglang_cpu_dir
 
-pytestmark = [pytest.mark.slow, pytest.mark.real_sglang]
+# Two real servers start in ~20 s on a quiet machine, minutes on a loaded one.
+pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(900)]
 
 WHY_NOT = not_set_up()
 if WHY_NOT is not None:

