@@ -56,7 +56,7 @@ from supervisor.client.control_client import ControlClient, ControlUnreachable  
 
 # The seed's shape (see the docstring); the pool is what forces retractions.
 RUNNING = 64
-KV_POOL = 96_000
+KV_POOL = 80_000
 TOKENS_PER_S = 150.0          # one stream alone; ~50 tok/s each in a batch of 64
 BATCH_KNEE = 32
 CONTEXT = 40_960
