@@ -302,7 +302,7 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true",
-                   help="a smoke run: few prompts, a faster clock (about a minute)")
+                   help="a smoke run: 192 prompts a run, time scale 10 (about 2 minutes)")
     p.add_argument("--prompts", type=int, help="prompts per run (default 768; quick 192)")
     p.add_argument("--time-scale", type=float,
                    help="simulated seconds per wall second (default 5; quick 10)")
