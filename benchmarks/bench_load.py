@@ -204,12 +204,11 @@ def run_job(base: Path, run: Run, prompts: int, scale: float, timeout_s: float) 
     run.wall_s = time.monotonic() - t0
     run.waiting_peak, run.queued_peak = watch.waiting_peak, watch.queued_peak
     run.retractions = watch.retractions
-    measure(directory, data, run, prompts, fault_at, scale)
+    measure(directory, data, run, fault_at)
     return run
 
 
-def measure(directory: Path, data: dict[str, Any], run: Run, prompts: int,
-            fault_at: float | None, scale: float) -> None:
+def measure(directory: Path, data: dict[str, Any], run: Run, fault_at: float | None) -> None:
     db = directory / "job.db"
     counts = dict(read_db(db, "SELECT status, count(*) FROM prompts GROUP BY status"))
     run.prompts = sum(counts.values())
