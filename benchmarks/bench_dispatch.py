@@ -49,7 +49,7 @@ from supervisor.dispatch.dispatcher import Dispatcher  # noqa: E402
 from supervisor.shards.keys import shard_key_for  # noqa: E402
 from supervisor.servers.endpoint import Endpoint  # noqa: E402
 from supervisor.shards.writer import ShardWriter  # noqa: E402
-from supervisor.free_ports import free_port  # noqa: E402
+from supervisor.demo.free_ports import free_port  # noqa: E402
 from supervisor.sim.launch import sim_argv, wait_healthy  # noqa: E402
 
 

@@ -59,7 +59,7 @@ def _peak_rss_mb() -> float:
 def child(mode: str, prompts: Path, db: Path) -> dict:
     from state.records import ImportRow
     from state.store import Store
-    from supervisor.prompt_import import import_file
+    from supervisor.prompts.prompt_import import import_file
 
     n = 0
     if mode == "import":

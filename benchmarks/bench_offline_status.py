@@ -85,7 +85,7 @@ def time_command(path: Path) -> float:
 
 
 def time_reads(path: Path) -> float:
-    from supervisor.offline_status import main as offline_main
+    from supervisor.commands.offline_status import main as offline_main
     t0 = time.perf_counter()
     with contextlib.redirect_stdout(io.StringIO()):
         assert offline_main(str(path), events=10) == 0

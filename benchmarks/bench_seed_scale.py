@@ -211,7 +211,7 @@ def daemon_slice(work: Path, args: argparse.Namespace, answers: int,
     """The real daemon on fast simulated servers until `answers` more are done (or the job
     ends); its RSS, CPU, and the status calls' cost meanwhile."""
     from supervisor.client.control_client import ControlClient, ControlUnreachable
-    from supervisor.free_ports import free_base_port
+    from supervisor.demo.free_ports import free_base_port
     data = config(work, args, stream_step)
     data["servers"]["base_port"] = free_base_port(2)
     proc = spawn(work, data)

@@ -26,8 +26,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from supervisor.config import Partition  # noqa: E402
-from supervisor.prompt_import import partition_of  # noqa: E402
-from supervisor.file_digest import file_sha256  # noqa: E402
+from supervisor.prompts.prompt_import import partition_of  # noqa: E402
+from supervisor.uploads.file_digest import file_sha256  # noqa: E402
 from supervisor.shards.keys import shard_key_for  # noqa: E402
 from supervisor.state_backup.keys import manifest_key  # noqa: E402
 from supervisor.state_backup.manifest import BackupManifest, ShardRecord  # noqa: E402
@@ -76,7 +76,7 @@ def build(root: Path, n: int) -> tuple[Path, Path]:
 
 
 # A fresh interpreter per run that reports its own peak RSS after verify returns.
-_PROBE = ("import resource, sys; from supervisor.cli import main; "
+_PROBE = ("import resource, sys; from supervisor.commands.cli import main; "
           "rc = main(['verify', '--prompts', sys.argv[1], '--output', sys.argv[2], '--quiet']); "
           "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); "
           "sys.exit(rc)")

@@ -119,7 +119,7 @@ def main() -> int:
                                               stop, args.prompts, args.trace_from),
                          daemon=True)
     t.start()
-    from supervisor.cli import main as cli
+    from supervisor.commands.cli import main as cli
     try:
         rc = cli(["run", "--config", str(work / "job.toml")])
     finally:

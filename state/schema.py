@@ -395,7 +395,7 @@ _V8 = [
     """,
 ]
 
-# Lines of a prompts file refused at import (supervisor/prompt_line.py says why): they are
+# Lines of a prompts file refused at import (supervisor/prompts/prompt_line.py says why): they are
 # no prompt, so no `prompts` row, yet an auditor asks "which lines of my 900K were not run,
 # and why".
 # One row per (file, line): a file imported again replaces its own rows. `kind` is the

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import check
+from supervisor.commands import check
 
 CONFIG = """
 [servers]

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import check
+from supervisor.commands import check
 from supervisor.config import ConfigError, parse_config
 from supervisor.servers.launch_command import build_specs
 from tests.fixtures.fs_faults import assert_one_line, cli

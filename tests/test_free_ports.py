@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.free_ports import PORT_RANGE_ENV, free_base_port
+from supervisor.demo.free_ports import PORT_RANGE_ENV, free_base_port
 
 
 def test_the_range_from_the_environment_is_used(monkeypatch: pytest.MonkeyPatch) -> None:

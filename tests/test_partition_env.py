@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from supervisor.config import ConfigError, Partition, load_config, parse_config
-from supervisor.partition_env import PartitionEnvError, resolve
+from supervisor.config.partition_env import PartitionEnvError, resolve
 
 AUTO = {"servers": {"count": 1, "model_path": "/m"}, "job": {"partition": "auto"},
         "generation": {"enable_thinking": False}}

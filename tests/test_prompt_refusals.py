@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from state.store import Store
-from supervisor.prompt_import import import_file, main
+from supervisor.prompts.prompt_import import import_file, main
 from tests.fixtures.prompt_lines import write
 
 # FastChat's MT-bench and Vicuna-bench questions, kept outside the repository (their README

@@ -16,7 +16,7 @@ from supervisor.config.sections import SECTIONS, ConfigError, JobConfig, JobSect
 
 
 def _resolve_auto_partition(job: JobSection, env: Mapping[str, str]) -> JobSection:
-    from supervisor.partition_env import PartitionEnvError, resolve
+    from supervisor.config.partition_env import PartitionEnvError, resolve
 
     if job.partition_count < 0:
         raise ConfigError(f"job.partition_count: must be >= 0, got {job.partition_count}")

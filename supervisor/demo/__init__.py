@@ -1,6 +1,3 @@
-"""`dflash-supervisor demo`: a whole job on simulated SGLang servers (command.py), its config
-(config.py), its built-in prompt set (prompts.py) and its progress line (progress.py)."""
-
-from supervisor.demo.command import main
-
-__all__ = ["main"]
+"""What `dflash-supervisor demo` (supervisor/commands/demo.py) is built from: its config
+(config.py), its built-in prompt set (prompts.py), its progress line (progress.py), the TUI
+beside it (with_tui.py) and its servers' ports (free_ports.py)."""

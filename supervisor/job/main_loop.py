@@ -44,7 +44,7 @@ from supervisor.job.status import JobStatus
 from supervisor.job.status_builder import StatusBuilder
 from supervisor.job.store_setup import JobError, open_job_store
 from supervisor.job.systemd_report import SystemdReport
-from supervisor.notify import Notifier
+from supervisor.job.notify import Notifier
 from supervisor.servers.fleet import Fleet, FleetOptions
 from supervisor.shards import ShardLoop, ShardWriter, shard_key_for, spool_dir
 from supervisor.shards.verify import (UnknownOutput, check_output_at_start, send_back,

@@ -23,7 +23,7 @@ def import_prompts(store: Store, config: JobConfig) -> None:
     """Import the prompts file unless this exact file (size and mtime) was imported before:
     re-reading a million lines at every restart is wasted minutes, and importing is
     idempotent anyway, so a changed file is simply imported again."""
-    from supervisor.prompt_import import import_file, prompts_file_problem
+    from supervisor.prompts.prompt_import import import_file, prompts_file_problem
 
     path = config.path(config.job.prompts)
     problem = prompts_file_problem(path)

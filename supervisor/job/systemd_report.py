@@ -1,5 +1,5 @@
 """What the supervision loop tells systemd on each round: READY=1 once, STATUS= with the
-progress line, WATCHDOG=1 at half of WatchdogSec (see supervisor/notify.py for the protocol)."""
+progress line, WATCHDOG=1 at half of WatchdogSec (see supervisor/job/notify.py for the protocol)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 from supervisor.job.progress_line import progress_line
 from supervisor.job.status import JobStatus
-from supervisor.notify import Notifier
+from supervisor.job.notify import Notifier
 
 
 class SystemdReport:

@@ -22,8 +22,8 @@ from state.verify_ledger import VerifyLedger
 from supervisor.shards.keys import ShardKey, parse_shard_key
 from supervisor.state_backup.keys import is_state_key, manifest_key
 from supervisor.output_verify.report import BadLine, ShardProblem, VerifyReport
-from supervisor.prompt_import import ImportSummary, partition_of, read_prompts
-from supervisor.file_digest import file_sha256
+from supervisor.prompts.prompt_import import ImportSummary, partition_of, read_prompts
+from supervisor.uploads.file_digest import file_sha256
 from supervisor.state_backup.manifest import BackupManifest, ManifestError, ShardRecord
 from supervisor.config import Partition
 from supervisor.uploads.output_reader import OutputReader, StoredObject

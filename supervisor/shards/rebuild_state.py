@@ -120,7 +120,7 @@ def rebuild_from_config(config: JobConfig) -> tuple[RebuildSummary, Any, Any]:
     """(summary, import summary, counts) or RebuildRefused."""
     from state.offline_store import OfflineRefused, offline_store
     from state.settings_keys import Setting
-    from supervisor.prompt_import import import_file, prompts_file_problem
+    from supervisor.prompts.prompt_import import import_file, prompts_file_problem
     from supervisor.shards.keys import spool_dir
     from supervisor.uploads.sink import UploadError
     from supervisor.uploads.wiring import build_sink, output_location

@@ -22,7 +22,7 @@ from state.shard_adoption import AdoptionError, UploadedShard, adopt_shard
 from state.db_copy import CopyError, inspect
 from state.store import Store
 from supervisor.config import Partition
-from supervisor.file_digest import file_sha256
+from supervisor.uploads.file_digest import file_sha256
 from supervisor.shards.keys import parse_shard_key, partition_dir
 from supervisor.state_backup.chunks import assemble, chunk_prefix
 from supervisor.state_backup.keys import MANIFEST_NAME, STATE_DIR, manifest_key

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 
 from state.crash_points import crash_point
-from supervisor.file_digest import file_sha256
+from supervisor.uploads.file_digest import file_sha256
 
 SHARD_GLOB = "shard-*.jsonl"
 TMP_SUFFIX = ".tmp"

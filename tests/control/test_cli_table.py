@@ -1,4 +1,4 @@
-"""Every `dflash-supervisor` command is one row of supervisor/cli.py's table, run by its
+"""Every `dflash-supervisor` command is one row of supervisor/commands/cli.py's table, run by its
 module's `main(argv)`; each parses its own arguments (`COMMAND --help` is its own)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import inspect
 
 import pytest
 
-from supervisor.cli import COMMANDS, VERIFY_STATE, entry_point
+from supervisor.commands.cli import COMMANDS, VERIFY_STATE, entry_point
 from tests.fixtures.fs_faults import cli
 
 

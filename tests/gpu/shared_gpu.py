@@ -45,7 +45,7 @@ def at_least(count_gpus: Callable[..., int | None], named: int) -> Callable[...,
 
 def daemon(argv: list[str]) -> int:
     import supervisor.gpu.nvml_source as nvml_source
-    from supervisor.cli import main
+    from supervisor.commands.cli import main
 
     nvml_source.node_gpu_count = at_least(nvml_source.node_gpu_count, NAMED_GPUS)
     # A machine that hands this shell one GPU by CUDA_VISIBLE_DEVICES would make the config's

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from supervisor import check
+from supervisor.commands import check
 from supervisor.config import ConfigError, check_gpus_exist, parse_config
 from supervisor.gpu.nvml_source import NvmlSource
 from supervisor.gpu.visible_devices import devices_for, visible_devices

@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 
 from supervisor.job.systemd_report import SystemdReport
-from supervisor.notify import Notifier
+from supervisor.job.notify import Notifier
 from tests.fixtures.job_status import job_status as _status
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from supervisor import check
+from supervisor.commands import check
 from supervisor.config import ConfigError, ServersSection
 from supervisor.servers.flag_check import (FlagVerdict, argparse_error, sglang_verdict,
                                            require_accepted_flags, sglang_launcher)

@@ -134,7 +134,7 @@ def test_a_lost_db_is_rebuilt_from_the_output_and_the_job_redoes_nothing(tmp_pat
 
 
 def test_failed_prompts_are_requeued_audited_and_run_reports_them(tmp_path: Path):
-    from supervisor.run_command import EXIT_PROMPTS_FAILED
+    from supervisor.commands.run import EXIT_PROMPTS_FAILED
     # context-length 260 and max_tokens 256 pass the config check, but every prompt is longer
     # than the 4 tokens left: SGLang (the simulator) answers HTTP 400 to each.
     config = job_config(tmp_path / "job", servers=1, prompts=40, flags={"context-length": 260})
@@ -162,7 +162,7 @@ def test_failed_prompts_are_requeued_audited_and_run_reports_them(tmp_path: Path
 
 
 def test_run_exits_4_when_prompts_failed_for_good(tmp_path: Path):
-    from supervisor.run_command import EXIT_PROMPTS_FAILED
+    from supervisor.commands.run import EXIT_PROMPTS_FAILED
     toml = write_job_toml(tmp_path / "job", servers=1, prompts=20, flags={"context-length": 260})
     out = cli(["run", "--config", str(toml)], timeout=120)
     assert out.returncode == EXIT_PROMPTS_FAILED == 4, out.stderr[-2000:]

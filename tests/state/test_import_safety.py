@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from state.store import Store
-from supervisor.prompt_import import import_file, parse_prompt
+from supervisor.prompts.prompt_import import import_file, parse_prompt
 from tests.fixtures.fs_faults import assert_one_line, cli
 from tests.fixtures.prompt_lines import write
 from tests.fixtures.state_db import read_db

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from supervisor.config import Partition, parse_config
-from supervisor.prompt_import import partition_of
+from supervisor.prompts.prompt_import import partition_of
 from tests.fixtures.node_config import node_config
 from tests.fixtures import REPO
 from tests.fixtures.real_prompts import write_jsonl

@@ -12,7 +12,7 @@ from typing import Any, Callable, Sequence
 from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
                                               ControlUnreachable)
 from supervisor.client.exit_codes import EXIT_CODES, EXIT_OK, PROG, fail
-from supervisor.client.status_command import socket_for
+from supervisor.commands.status import socket_for
 from supervisor.client.text import result_text
 from supervisor.contract.codec import dumps
 

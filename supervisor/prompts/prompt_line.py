@@ -1,7 +1,7 @@
 """One line of a prompts file, decoded, as a prompt: its shape read (OpenAI messages,
 ShareGPT conversations, a bare prompt, MT-bench turns), its trailing answers dropped, its
 content checked for something a text model can answer, its id; or BadLine saying why not,
-with the kind of refusal (supervisor/prompt_import.py streams a file through this)."""
+with the kind of refusal (supervisor/prompts/prompt_import.py streams a file through this)."""
 
 from __future__ import annotations
 

@@ -20,7 +20,7 @@ from supervisor.config import ConfigError, JobConfig
 from supervisor.demo.config import (DEMO_TIME_SCALE, DEMO_TOKENS_PER_S, demo_config,
                                     write_config_file)
 from supervisor.demo.progress import REDRAW, ProgressPrinter
-from supervisor.free_ports import free_base_port
+from supervisor.demo.free_ports import free_base_port
 
 log = logging.getLogger("supervisor.demo")
 

@@ -62,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _status(args: argparse.Namespace) -> int:
     sockets = args.socket or []
     if len(sockets) > 1:
-        from supervisor.client.fleet_status import fleet_status
+        from supervisor.commands.fleet_status import fleet_status
         return fleet_status(args)
     path = socket_for(sockets[0] if sockets else None, args.state)
     with ControlClient(path, timeout_s=5.0) as client:
@@ -98,7 +98,7 @@ def _status_once(client: ControlClient, path: str, args: argparse.Namespace) -> 
 
 def _offline(args: argparse.Namespace, why: str) -> int:
     from state.checked_open import StateDBError
-    from supervisor.offline_status import main as offline_main, summary_json
+    from supervisor.commands.offline_status import main as offline_main, summary_json
 
     if args.json:
         try:

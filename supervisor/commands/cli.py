@@ -27,18 +27,18 @@ from typing import Callable, Sequence
 
 # name -> (the module whose main(argv) runs it, one line for --help)
 COMMANDS: dict[str, tuple[str, str]] = {
-    "run": ("supervisor.run_command", "run a job from a TOML config"),
-    "demo": ("supervisor.demo.command", "a whole job on simulated servers (no GPU needed)"),
-    "import": ("supervisor.prompt_import", "import a prompts file into a state DB"),
-    "check": ("supervisor.check", "validate a config and print the servers' commands"),
-    "status": ("supervisor.client.status_command",
+    "run": ("supervisor.commands.run", "run a job from a TOML config"),
+    "demo": ("supervisor.commands.demo", "a whole job on simulated servers (no GPU needed)"),
+    "import": ("supervisor.prompts.prompt_import", "import a prompts file into a state DB"),
+    "check": ("supervisor.commands.check", "validate a config and print the servers' commands"),
+    "status": ("supervisor.commands.status",
                "live status from the control socket, or the state DB"),
-    "ctl": ("supervisor.client.ctl_command",
+    "ctl": ("supervisor.commands.ctl",
             "act on the running daemon through its control socket"),
-    "verify": ("supervisor.output_verify.command",
+    "verify": ("supervisor.commands.verify_output",
                "check a whole job's output against its prompt file (--state DB: against "
                "its state DB)"),
-    "requeue": ("supervisor.requeue_command", "send failed prompts back to pending (audited)"),
+    "requeue": ("supervisor.commands.requeue", "send failed prompts back to pending (audited)"),
     "rebuild-state": ("supervisor.shards.rebuild_state", "rebuild a lost state DB from the output"),
 }
 # What a command whose reader went away (`... | head -1`) exits with: 128 + SIGPIPE, what a
@@ -47,7 +47,7 @@ EXIT_BROKEN_PIPE = 141
 
 # `verify --state DB` checks one job against its DB; without it, a whole (many-node) output
 # from the outside.
-VERIFY_STATE = "supervisor.shards.verify_command"
+VERIFY_STATE = "supervisor.commands.verify_state"
 
 
 def entry_point(command: str, rest: Sequence[str]) -> Callable[[Sequence[str]], int]:

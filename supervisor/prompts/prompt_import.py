@@ -44,7 +44,7 @@ from state.prompts_table import ImportRefusal
 from state.records import ImportRow
 from state.store import Store
 from supervisor.config import ConfigError, Partition
-from supervisor.prompt_line import BadLine, parse_line, parse_prompt
+from supervisor.prompts.prompt_line import BadLine, parse_line, parse_prompt
 
 # What a line means is prompt_line.py's; parse_prompt stays importable from here.
 __all__ = ["BadLine", "ImportSummary", "import_file", "main", "parse_prompt", "partition_of",
