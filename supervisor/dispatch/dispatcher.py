@@ -21,6 +21,7 @@ import anyio
 import anyio.abc
 
 from state.records import Retry
+from state.async_store import AsyncStore
 from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
@@ -34,9 +35,12 @@ from supervisor.dispatch.dispatch_snapshot import (DispatchSnapshot, InFlightReq
 from supervisor.dispatch.error_breaker import ErrorBreaker
 from supervisor.dispatch.event_fold import EventFold
 from supervisor.dispatch.feeding import Feeding
+from supervisor.dispatch.length_eta import LengthEta
+from supervisor.dispatch.output_lengths import LengthWindow
 from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.dispatch.pauses import Pauses
 from supervisor.dispatch.quality import QualityGate
+from supervisor.dispatch.rate_window import CompletionRateWindow
 from supervisor.dispatch.recorder import Recorder
 from supervisor.dispatch.request_path import GONE_GRACE_S, RequestPath
 from supervisor.dispatch.stall_watch import StallWindow
@@ -46,7 +50,7 @@ log = logging.getLogger("supervisor.dispatch")
 
 
 class Dispatcher:
-    def __init__(self, astore: Any, live: LiveSettings | JobConfig, *,
+    def __init__(self, astore: AsyncStore, live: LiveSettings | JobConfig, *,
                  clock: Callable[[], float] = time.time,
                  gone_grace_s: float = GONE_GRACE_S) -> None:
         self.astore = astore
@@ -88,15 +92,15 @@ class Dispatcher:
         return self.live.max_tokens
 
     @property
-    def rates(self) -> Any:
+    def rates(self) -> CompletionRateWindow:
         return self.figures.rates
 
     @property
-    def lengths(self) -> Any:
+    def lengths(self) -> LengthWindow:
         return self.figures.lengths
 
     @property
-    def eta(self) -> Any:
+    def eta(self) -> LengthEta:
         return self.figures.eta
 
     @property

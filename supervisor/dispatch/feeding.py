@@ -19,6 +19,7 @@ import aiohttp
 import anyio
 
 from state.records import ClaimedPrompt, Outcome, Requeue
+from state.async_store import AsyncStore
 from state.store import Store
 from state.waste_table import Wasted
 from supervisor.config.live_settings import LiveSettings
@@ -41,7 +42,7 @@ POLL_S = 1.0      # an idle feeder looks at the store again (a backstop: retries
 
 
 class Feeding:
-    def __init__(self, astore: Any, live: LiveSettings, pauses: Pauses, recorder: Recorder,
+    def __init__(self, astore: AsyncStore, live: LiveSettings, pauses: Pauses, recorder: Recorder,
                  path: RequestPath, figures: DispatchFigures, stalls: StallWindow,
                  clock: Callable[[], float]) -> None:
         self.astore = astore

@@ -10,9 +10,10 @@ the old window, full of what tripped it, would trip it again at the next answer)
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable
+from typing import Callable
 
 from state.settings_keys import Setting
+from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import PauseSource
@@ -21,7 +22,7 @@ log = logging.getLogger("supervisor.dispatch")
 
 
 class Pauses:
-    def __init__(self, astore: Any, clock: Callable[[], float],
+    def __init__(self, astore: AsyncStore, clock: Callable[[], float],
                  on_change: Callable[[], None]) -> None:
         self.astore = astore
         self.clock = clock

@@ -13,11 +13,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 import anyio
 
 from supervisor.dispatch.dispatch_snapshot import InFlightRequest
+
+if TYPE_CHECKING:
+    from supervisor.dispatch.dispatcher import Dispatcher
 
 @dataclass(frozen=True)
 class StopReport:
@@ -86,7 +89,7 @@ class GracefulStop:
         return (f"draining: {in_flight} requests in flight, {left:.0f} s of grace left "
                 f"(SIGTERM again to cut short)")
 
-    async def drain(self, dispatcher: Any, poll_s: float = 0.2) -> StopReport:
+    async def drain(self, dispatcher: Dispatcher, poll_s: float = 0.2) -> StopReport:
         """Stop claiming and wait for the requests in flight; returns what is left to cut.
         `dispatcher` gives stop_claiming(), in_flight_requests(), completed_total() and
         server_tok_per_s()."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Protocol
 
 from state.settings_keys import Setting
 from state.store import Store
@@ -34,6 +34,12 @@ log = logging.getLogger("supervisor.backup")
 
 class BackupUnreachable(RuntimeError):
     """The output could not be read at start (a retry later may work)."""
+
+
+class Pausing(Protocol):
+    """What a backup that finds the prompt file changed asks of the dispatcher."""
+
+    async def pause(self, key: PauseSource, reason: str, actor: str) -> None: ...
 
 
 class NodeState:
@@ -104,7 +110,7 @@ class NodeState:
         # A copy into the output directory, read back; the DB's own directory is the "spool".
         return LocalDirSink(self.config.path(self.config.job.output), self.db_path.parent)
 
-    def runner(self, dispatcher: Any) -> StateBackup:
+    def runner(self, dispatcher: Pausing) -> StateBackup:
         async def conflict(reason: str) -> None:
             log.error("%s: dispatch paused", reason)
             await dispatcher.pause(PauseSource.PROMPT_FILE, reason, "backup")
