@@ -177,6 +177,10 @@ def _exception_line(lines: Sequence[str], start: int) -> str | None:
     return found
 
 
+# A child's death by the signals a stop sends (SIGTERM, then SIGKILL), as SGLang reports it.
+_OUR_STOP_ECHO = re.compile(r"crashed with exit code -(?:9|15)\b")
+
+
 def find_crash_line(lines: Iterable[str]) -> str | None:
     """The first line where SGLang says one of its processes died (the cause; the SIGQUIT
     and kill lines that follow are the consequence), with the exception that ended a
@@ -244,6 +248,12 @@ def classify(trigger: Trigger, returncode: int | None, log_lines: Iterable[str],
         return ExitReason(ExitKind.HANG, f"{seen} after: {watchdog.strip()[:300]}", code, sig,
                           watchdog)
     crash = find_crash_line(lines)
+    if crash is not None and trigger in (Trigger.HEALTH, Trigger.PROGRESS) \
+            and _OUR_STOP_ECHO.search(crash):
+        # We stopped a hung server: SGLang's launcher then reports the children our SIGTERM
+        # (or SIGKILL) ended as "crashed with exit code -15" (-9). That is our stop, seen
+        # from inside; the verdict stays what we saw (seen on the real CPU server).
+        crash = None
     if crash is not None:
         # SGLang's own account of a death: its SIGKILL is its own kill_process_tree, not
         # the kernel's OOM killer.

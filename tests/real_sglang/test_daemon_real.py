@@ -26,10 +26,11 @@ from supervisor.job.main_loop import Job
 from tests.fixtures.ports import free_base_port
 from tests.fixtures.real_job import (assert_every_prompt_once, query, run_job, transitions,
                                     wait_fleet, wait_for)
-from tests.fixtures.real_sglang import CPU_FLAGS, not_set_up, sglang_cpu_dir
+from tests.fixtures.real_sglang import (CPU_FLAGS, not_set_up, one_real_job_at_a_time,
+                                       sglang_cpu_dir)
 
 # Two real servers start in ~20 s on a quiet machine, minutes on a loaded one.
-pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(3000)]
 
 WHY_NOT = not_set_up()
 if WHY_NOT is not None:
@@ -58,7 +59,7 @@ def real_config(directory: Path, *, prompts: int, max_tokens: int = 48,
         "servers": {
             "count": 2, "base_port": free_base_port(2), "model_path": str(base / "tiny"),
             "command": [str(base / "venv" / "bin" / "python"), "-m", "sglang.launch_server"],
-            "startup_timeout_s": 400.0, "health_interval_s": 2.0, "health_timeout_s": 25.0,
+            "startup_timeout_s": 900.0, "health_interval_s": 2.0, "health_timeout_s": 25.0,
             "backoff_initial_s": 0.5, "backoff_max_s": 2.0, "stop_grace_s": 10.0,
             **servers,
             "flags": {**_flag_pairs(CPU_FLAGS), "max-total-tokens": 4096,
@@ -88,14 +89,16 @@ def scheduler_of(pid: int) -> psutil.Process:
 
 async def test_ready_exactly_once_killed_and_stopped_schedulers(tmp_path: Path) -> None:
     prompts = 40
-    cfg = real_config(tmp_path, prompts=prompts, hang_timeout_s=20.0)
+    # Tokens must decide the hang before the health probes can: SGLang's /health_generate
+    # fails only 20 s into a stall, and ten failures in a row take longer than 30 s.
+    cfg = real_config(tmp_path, prompts=prompts, hang_timeout_s=30.0, health_failures=10)
     seen: dict[str, Any] = {}
 
     async def drive(job: Job) -> None:
         fleet = await wait_fleet(job)
         gpu0, gpu1 = fleet.servers["gpu0"], fleet.servers["gpu1"]
         await wait_for(lambda: str(gpu0.state) == "READY" and str(gpu1.state) == "READY",
-                       "both real servers READY", timeout_s=400)
+                       "both real servers READY", timeout_s=900)
         await wait_for(lambda: gpu0.sglang.view.polled, "SGLang's /metrics read", 60)
         seen["metrics"] = gpu0.sglang.view
         await wait_for(lambda: job.dispatcher.completed_total() >= 5, "5 answers", 120)
@@ -120,9 +123,11 @@ async def test_ready_exactly_once_killed_and_stopped_schedulers(tmp_path: Path) 
                 pass
         seen["hang"] = gpu1.last_exit
         await wait_for(lambda: str(gpu0.state) == "READY" and str(gpu1.state) == "READY",
-                       "both back", timeout_s=400)
+                       "both back", timeout_s=900)
 
-    _, result = await run_job(cfg, drive, timeout_s=900, base_env={**os.environ, **CPU_ENV})
+    with one_real_job_at_a_time():
+        _, result = await run_job(cfg, drive, timeout_s=1400,
+                                  base_env={**os.environ, **CPU_ENV})
     assert_every_prompt_once(cfg, result, prompts)
     view = seen["metrics"]
     assert view.error is None and view.running is not None and view.token_usage is not None
@@ -154,7 +159,9 @@ async def test_queued_under_a_small_kv_pool_is_waiting_not_stalled(tmp_path: Pat
         await wait_for(lambda: gpu0.sglang.view.queued, "SGLang queueing", timeout_s=600)
         seen["queued"] = gpu0.sglang.view.queued
 
-    _, result = await run_job(cfg, drive, timeout_s=900, base_env={**os.environ, **CPU_ENV})
+    with one_real_job_at_a_time():
+        _, result = await run_job(cfg, drive, timeout_s=1400,
+                                  base_env={**os.environ, **CPU_ENV})
     assert_every_prompt_once(cfg, result, prompts)
     assert seen["queued"] > 0
     assert query(cfg, "SELECT count(*) FROM events WHERE kind = 'request_stalled'") == [(0,)]

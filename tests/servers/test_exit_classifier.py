@@ -185,3 +185,17 @@ def test_missing_module_lines_in_log_records_or_signal_deaths_are_not_config_err
     assert classify(Trigger.EXITED, 1, [record]).kind is ExitKind.CRASH
     assert classify(Trigger.EXITED, -9, [CANNOT_RUN[3][0]]).kind is ExitKind.CRASH
     assert classify(Trigger.EXITED, 0, [CANNOT_RUN[2][0]]).kind is ExitKind.CRASH
+
+
+@pytest.mark.parametrize("trigger", [Trigger.PROGRESS, Trigger.HEALTH])
+def test_our_stop_of_a_hung_server_is_not_its_crash(trigger: Trigger) -> None:
+    # Seen on the real SGLang 0.5.23 CPU server: the daemon SIGTERMs a server it found hung,
+    # and the launcher reports the children that signal ended before it exits.
+    lines = ["[2026-12-05 23:21:10] Subprocess detokenizer (pid=4076) crashed with exit code "
+             "-15. Triggering SIGQUIT for cleanup..."]
+    reason = classify(trigger, -signal.SIGKILL, lines, "8 requests in flight, no token for 22 s")
+    assert reason.kind is (ExitKind.STALL if trigger is Trigger.PROGRESS else ExitKind.HANG)
+    assert reason.detail == "8 requests in flight, no token for 22 s"
+    # A child that died of itself before we acted is still the crash it is.
+    own = ["Subprocess scheduler_0 (pid=11) crashed with exit code 1. Triggering SIGQUIT ..."]
+    assert classify(trigger, -signal.SIGKILL, own, "stalled").kind is ExitKind.CRASH
