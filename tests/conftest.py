@@ -48,7 +48,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     the same order (xdist requires it)."""
     if not (getattr(config.option, "numprocesses", None) or hasattr(config, "workerinput")):
         return
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    # The real SGLang tier last, after everything else: its CPU servers take a core each
+    # while they decode, and beside the rest of the suite they starved its timing-bound
+    # tests (a suite run with them first failed dozens that pass alone).
+    items.sort(key=lambda item: (item.get_closest_marker("real_sglang") is not None,
+                                 item.get_closest_marker("slow") is None))
 
 
 @pytest.fixture(scope="session")

@@ -51,7 +51,7 @@ async def test_the_progress_watcher_restarts_a_server_the_dispatcher_found_hung(
     decision = Decision()
     async with anyio.create_task_group() as tg:
         with decision.scope:
-            tg.start_soon(watch_progress, progress, servers, decision,
+            tg.start_soon(watch_progress, progress, lambda: servers, decision,
                           HangRule(anyio.current_time()))
             await anyio.sleep(0.1)
             assert decision.outcome is None              # busy and completing: fine

@@ -26,13 +26,13 @@ from supervisor.job.main_loop import Job
 from tests.fixtures.ports import free_base_port
 from tests.fixtures.real_job import (assert_every_prompt_once, query, run_job, transitions,
                                     wait_fleet, wait_for)
-from tests.fixtures.real_sglang import (CPU_FLAGS, not_set_up, one_real_job_at_a_time,
-                                       sglang_cpu_dir)
+from tests.fixtures.real_sglang import (CPU_FLAGS, one_real_job_at_a_time, sglang_cpu_dir,
+                                       whole_jobs_skipped)
 
 # Two real servers start in ~20 s on a quiet machine, minutes on a loaded one.
 pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(3000)]
 
-WHY_NOT = not_set_up()
+WHY_NOT = whole_jobs_skipped()
 if WHY_NOT is not None:
     pytestmark.append(pytest.mark.skip(reason=f"real SGLang tier: {WHY_NOT}"))
 

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.real_sglang import (CPU_FLAGS, not_set_up, one_real_job_at_a_time,
-                                       sglang_cpu_dir)
+from tests.fixtures.real_sglang import (CPU_FLAGS, one_real_job_at_a_time, sglang_cpu_dir,
+                                       whole_jobs_skipped)
 from tests.gpu.scenario import check_job_account, run_scenario
 from tests.gpu.sglang_job import SHARED_GPU, job_config, start_job
 
-WHY_NOT = not_set_up()
+WHY_NOT = whole_jobs_skipped()
 pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(3000)]
 if WHY_NOT is not None:
     pytestmark.append(pytest.mark.skip(reason=f"real SGLang tier: {WHY_NOT}"))
