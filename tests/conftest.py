@@ -46,11 +46,11 @@ REAL_TIER_ENV = "DFLASH_REAL_SGLANG"
 
 
 def _real_tier_opt_in(items: list[pytest.Item]) -> None:
-    """The real SGLang tier runs where $DFLASH_REAL_SGLANG=1 asks for it (best alone:
-    `DFLASH_REAL_SGLANG=1 python -m pytest -m real_sglang -n 0`): beside the rest of a
-    parallel run on two cores its CPU servers decode slowly enough that its own
-    timing-bound checks failed (three did in a clean-clone run), so it is not part of the
-    default run until it holds there."""
+    """The real SGLang tier runs where $DFLASH_REAL_SGLANG=1 asks for it: `.ci/run` runs it
+    after the suite, alone (`DFLASH_REAL_SGLANG=1 python -m pytest -m real_sglang -n 0`).
+    Beside the rest of a parallel run on two cores its CPU servers decode slowly enough that
+    its own timing-bound checks failed (three did in a clean-clone run), so the default run
+    skips it, saying so."""
     if os.environ.get(REAL_TIER_ENV) == "1":
         return
     skip = pytest.mark.skip(reason=f"real SGLang tier SKIPPED: set {REAL_TIER_ENV}=1 to run it")
