@@ -30,7 +30,8 @@ def db(directory: Path, sql: str, *args: object) -> list[tuple]:
         con.close()
 
 
-def run_scenario(job: RealJob, *, prompts: int, check_nvml: bool) -> None:
+def run_scenario(job: RealJob, *, prompts: int, check_nvml: bool,
+                 finish_timeout_s: float = 240.0) -> None:
     # Hold dispatch while the servers load, so each phase below starts from a known point.
     # (The socket may open only after the daemon has checked the flags against SGLang's
     # --help, which imports SGLang: tens of seconds on a cold machine.)
@@ -83,7 +84,7 @@ def run_scenario(job: RealJob, *, prompts: int, check_nvml: bool) -> None:
     # Phase 4: the rest of the job on both servers; the daemon exits 0 when it is done.
     job.ctl("resume")
     try:
-        code = job.proc.wait(timeout=240)
+        code = job.proc.wait(timeout=finish_timeout_s)
     except subprocess.TimeoutExpired:
         raise AssertionError(f"the job did not finish: {job.status()}\n{job.log_tail()}")
     assert code == 0, job.log_tail()

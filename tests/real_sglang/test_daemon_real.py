@@ -190,9 +190,13 @@ async def test_a_request_waiting_past_wait_s_is_aborted_by_its_rid(tmp_path: Pat
     request id (SGLang counts it), requeued with no attempt counted, and answered once in
     the end; no server is restarted for it."""
     prompts = 30
-    cfg = real_config(tmp_path, prompts=prompts, max_tokens=200, hang_timeout_s=120.0,
+    # 400-token answers in a 1,024-token pool: three run, the rest queue for a minute or
+    # more. stall_s stays well above a loaded CPU server's gap between chunks (it streams
+    # every 16 tokens at a few tokens a second) and SGLang's decode-counter scrape: a whole
+    # server silent for stall_s is a hang, and that is not what this test is about.
+    cfg = real_config(tmp_path, prompts=prompts, max_tokens=400, hang_timeout_s=300.0,
                       flags={"max-total-tokens": 1024, "max-running-requests": 16},
-                      dispatch={"stall_s": 2.0, "wait_s": 6.0})
+                      dispatch={"stall_s": 20.0, "wait_s": 25.0})
     seen: dict[str, Any] = {}
 
     async def drive(job: Job) -> None:

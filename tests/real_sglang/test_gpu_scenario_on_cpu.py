@@ -22,7 +22,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(300
 if WHY_NOT is not None:
     pytestmark.append(pytest.mark.skip(reason=f"real SGLang tier: {WHY_NOT}"))
 
-PROMPTS = 400
+# Fewer than the GPU's 400: a CPU server on a loaded 2-core machine decodes a few tokens a
+# second per stream; the phases need only BATCH answers each and some left for the end.
+PROMPTS = 200
 FIRST_MAX_TOKENS = 17
 CUDA_ONLY = ("cuda-graph-backend-decode", "cuda-graph-backend-prefill")
 
@@ -49,7 +51,7 @@ def test_the_gpu_scenario_runs_on_the_cpu_server(tmp_path: Path,
     with one_real_job_at_a_time():
         job = start_job(tmp_path, data)
         try:
-            run_scenario(job, prompts=PROMPTS, check_nvml=False)
+            run_scenario(job, prompts=PROMPTS, check_nvml=False, finish_timeout_s=900.0)
         finally:
             job.stop()
     check_job_account(tmp_path, prompts=PROMPTS, first=FIRST_MAX_TOKENS)

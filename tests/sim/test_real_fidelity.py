@@ -225,11 +225,15 @@ def test_a_small_kv_pool_queues_what_does_not_fit(fidelity_server: FidelityServe
         t.start()
     seen: list[tuple[float, float]] = []
     try:
+        # SGLang sets the two gauges at each prefill batch and then only every
+        # decode_log_interval (40) decode steps (`srt/managers/scheduler_components/
+        # metrics_reporter.py:861` and `:934`): the queue shows once the first two finish
+        # and the next prefill admits two of the four waiting (seconds on a loaded CPU).
         def queued() -> bool:
             seen.append((_sample(fidelity_server, "sglang:num_running_reqs") or 0,
                          _sample(fidelity_server, "sglang:num_queue_reqs") or 0))
-            return seen[-1][0] >= 1 and seen[-1][1] >= 1
-        assert wait_for(queued, 60, poll_s=0.05), seen
+            return seen[-1][1] >= 1
+        assert wait_for(queued, 240, poll_s=0.05), seen[-20:]
         assert max(running for running, _ in seen) <= 2, seen
     finally:
         for t in threads:
