@@ -152,3 +152,39 @@ async def test_a_foreign_server_on_the_port_is_never_adopted(
     finally:
         foreign.kill()
         foreign.wait()
+
+
+async def test_an_operators_restart_restarts_an_adopted_server(tmp_path: Path) -> None:
+    cfg = job_config(tmp_path, servers=2, prompts=600)
+
+    async def stop_keeping_servers(job: Job) -> None:
+        await wait_fleet(job)
+        await wait_for(lambda: query(cfg, "SELECT count(*) FROM prompts WHERE status = 'done'"
+                                     )[0][0] >= 30, "30 prompts done")
+        assert job.fleet is not None
+        job.fleet.keep_servers_on_exit = True
+        job.request_stop("test")
+
+    first, _ = await run_job(cfg, stop_keeping_servers)
+    kept = {n: pid for n, pid in query(cfg, "SELECT name, pid FROM server_processes")}
+
+    async def restart_gpu0(job: Job) -> None:
+        fleet = await wait_fleet(job)
+        await wait_for(lambda: all(s.state is ServerState.READY
+                                   for s in fleet.servers.values()), "both adopted READY")
+        assert {n: s.pid for n, s in fleet.servers.items()} == kept
+        result = await fleet.restart("gpu0", "operator")
+        assert result.ok, result.reason
+        assert fleet.servers["gpu0"].pid != kept["gpu0"]
+        assert fleet.servers["gpu1"].pid == kept["gpu1"]
+
+    second, result = await run_job(cfg, restart_gpu0, timeout_s=120)
+    _reap(first)
+    assert_every_prompt_once(cfg, result, 600)
+    assert not alive(kept["gpu0"]) and not alive(kept["gpu1"])
+    adopted = [json.loads(r[0]) for r in query(
+        cfg, "SELECT detail FROM events WHERE kind = 'server_adopted'")]
+    assert sorted(d["pid"] for d in adopted) == sorted(kept.values())
+    assert not any(d["roll"] for d in adopted)
+    drained = [t for t in transitions(cfg, "gpu0") if t.to == "DRAINING"]
+    assert [t.actor for t in drained] == ["operator"]
