@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import anyio
@@ -39,6 +39,7 @@ from supervisor.job.end_policy import end_reason
 from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.graceful_stop import GracefulStop
 from state.job_lock import JobLock, JobLocked
+from state.records import InFlightClaim
 from supervisor.job.reload import reload_job
 from supervisor.job.status import JobStatus
 from supervisor.job.status_builder import StatusBuilder
@@ -46,6 +47,7 @@ from supervisor.job.store_setup import JobError, open_job_store
 from supervisor.job.systemd_report import SystemdReport
 from supervisor.job.notify import Notifier
 from supervisor.servers.fleet import Fleet, FleetOptions
+from supervisor.servers.launcher import choose_launcher
 from supervisor.shards import ShardLoop, ShardWriter, shard_key_for, spool_dir
 from supervisor.shards.verify import (UnknownOutput, check_output_at_start, send_back,
                                        verify_output)
@@ -104,6 +106,7 @@ class Job:
         self._stop_requested = anyio.Event()
         self.reload_lock = anyio.Lock()
         self.task_group: anyio.abc.TaskGroup | None = None   # where a reload's roll runs
+        self._left_in_flight: list[InFlightClaim] = []
         # How often "every server FAILED" is logged again while it lasts.
         self.all_failed_warn_s = 60.0
 
@@ -128,7 +131,12 @@ class Job:
     def _open_store(self) -> Store:
         return open_job_store(self.config, before_open=self._prepare_node_state,
                               after_open=self._node_state_opened,
-                              check_output=self._check_output)
+                              check_output=self._check_output,
+                              left_in_flight=self._keep_left_in_flight)
+
+    def _keep_left_in_flight(self, claims: list[InFlightClaim]) -> None:
+        # For the fleet: a server adopted from the dead daemon gets these aborted by id.
+        self._left_in_flight = claims
 
     def _check_output(self, store: Store) -> None:
         try:
@@ -200,6 +208,7 @@ class Job:
 
     async def _run(self, astore: AsyncStore, bound: socket_file.BoundSocket) -> JobResult:
         cfg = self.config
+        fleet_options = self._fleet_options()
         status = self._status = StatusBuilder(astore, self._started)
         spool = spool_dir(cfg)
         await anyio.to_thread.run_sync(functools.partial(spool.mkdir, parents=True, exist_ok=True))
@@ -225,7 +234,8 @@ class Job:
         already_finished = counts.total > 0 and counts.pending + counts.in_flight == 0
         async with dispatcher.running():
             fleet = self.fleet = status.fleet = Fleet(self.live, astore, dispatcher,
-                                                      self.fleet_options)
+                                                      fleet_options)
+            fleet.left_in_flight = self._left_in_flight
             await astore.call(Store.add_event, EventKind.JOB_STARTED, "job",
                               {"pid": os.getpid(), "servers": len(fleet.servers),
                                "already_finished": already_finished},
@@ -266,6 +276,18 @@ class Job:
             # Last, so the copy holds every outcome, the final shards' uploads and the stop.
             await backup.backup_now()
         return JobResult(final, self._reason)
+
+    def _fleet_options(self) -> FleetOptions:
+        """The fleet's options with its launcher chosen now, before anything runs: a
+        launcher this build lacks (`servers.launcher`) stops the start with one line."""
+        options = self.fleet_options or FleetOptions()
+        if options.launcher is not None:
+            return options
+        try:
+            launcher = choose_launcher(self.config.servers.launcher, options.base_env)
+        except ValueError as exc:
+            raise JobError(str(exc)) from None
+        return replace(options, launcher=launcher)
 
     async def _supervise(self, astore: AsyncStore, bound: socket_file.BoundSocket,
                          status: StatusBuilder, shards: ShardLoop,

@@ -23,10 +23,13 @@ from typing import Any, Callable, Protocol
 import anyio
 import httpx
 
+from state.records import InFlightClaim
 from state.store import Store
+from supervisor.client.text import duration
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
+from supervisor.servers.adoption import TOKEN_ENV
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
                                                  describe_returncode)
@@ -37,15 +40,17 @@ from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env
                                                max_running)
 from supervisor.servers.port_owner import (PortHolder, foreign_listener, port_holder,
                                            served_by_group)
-from supervisor.servers.process_group import ServerProcess, spawn, stop_group
+from supervisor.servers.launcher import LaunchRequest, Launcher
+from supervisor.servers.left_in_flight import abort_left
+from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_slots import server_slots
 from supervisor.servers.server_state import ServerSnapshot, ServerState, check_transition
 from supervisor.servers.progress_reading import ProgressReader, ServerProgressView
 from supervisor.servers.sglang_monitor import SglangMonitor
-from supervisor.servers.watchers import (Decision, Failure, Request, watch_exit, watch_health,
-                                         watch_progress, watch_requests)
+from supervisor.servers.watchers import (Decision, Failure, Request, has_exited, watch_exit,
+                                         watch_health, watch_progress, watch_requests)
 
 log = logging.getLogger("supervisor.servers")
 
@@ -76,11 +81,24 @@ class FleetContext:
     monotonic: Callable[[], float]        # for the restart policy's failure window
     on_change: Callable[[], None]
     proc_limiter: anyio.CapacityLimiter   # threads that spawn/stop processes
+    launcher: Launcher                    # how servers are started, found, stopped
     base_env: dict[str, str] | None = None
     cwd: str | None = None
     exit_poll_s: float = 0.2
     startup_probe_s: float = 1.0
     kill_wait_s: float = 10.0
+    # This job's token, in every server's environment (adoption.py: a later daemon's proof).
+    job_token: str = ""
+    # Read as the fleet is cancelled: True leaves the servers running for the next daemon.
+    keep_on_exit: Callable[[], bool] = lambda: False
+
+
+@dataclass(frozen=True)
+class _Adoption:
+    """A server an earlier daemon left running, proven ours (adoption.py), to serve on."""
+    proc: ServerProcess
+    left_in_flight: list[InFlightClaim]
+    roll: bool                  # its flags differ from the config's: a roll replaces it
 
 
 class _Ready:
@@ -112,6 +130,9 @@ class ManagedServer:
         self._argv: tuple[str, ...] | None = None
         self._starts = 0
         self._start_reason, self._start_actor = "supervisor started", "supervisor"
+        self._adoption: _Adoption | None = None
+        # Adopted with flags that differ from the config's, and not restarted since.
+        self.adopted_roll_pending = False
         self._request: Request | None = None
         self._poke = anyio.Event()
         self._changed = anyio.Event()
@@ -266,24 +287,38 @@ class ManagedServer:
             with anyio.CancelScope(shield=True):
                 await self._final_stop()
 
+    def adopt(self, proc: ServerProcess, left_in_flight: list[InFlightClaim],
+              roll: bool = False) -> None:
+        """Take over a running server instead of launching one at the first start (the
+        fleet calls this before run())."""
+        self._adoption = _Adoption(proc, left_in_flight, roll)
+        self.adopted_roll_pending = roll
+
     async def _life(self) -> None:
         self._starts += 1
         if self._starts > 1:
             self.restarts += 1
         self._life_progress = None
         spec = self.spec
+        adoption, self._adoption = self._adoption, None
+        if adoption is not None:
+            await self._adopted_life(adoption, spec)
+            return
+        self.adopted_roll_pending = False
         await self._transition(S.STARTING, self._start_reason, self._start_actor,
                                argv=list(spec.argv), gpus=list(spec.gpus))
         env = build_env(spec, self.ctx.base_env)
+        env[TOKEN_ENV] = self.ctx.job_token
         holder = await self._port_taken(spec)
         if holder is not None:
             self.last_exit = classify(Trigger.SPAWN_FAILED, None, (), holder.describe())
             await self._after_failure(self.last_exit, give_up=True)
             return
         try:
-            proc = await anyio.to_thread.run_sync(
-                spawn, spec.argv, env, self.log, f"{self.name} start #{self._starts}", self.ctx.cwd,
-                limiter=self.ctx.proc_limiter)
+            request = LaunchRequest(self.name, spec.argv, env, self.log,
+                                    f"{self.name} start #{self._starts}", self.ctx.cwd)
+            proc = await anyio.to_thread.run_sync(self.ctx.launcher.launch, request,
+                                                  limiter=self.ctx.proc_limiter)
         except OSError as exc:
             reason = classify(Trigger.SPAWN_FAILED, None, (),
                               f"could not start {spec.argv[0]!r}: {exc}")
@@ -291,11 +326,39 @@ class ManagedServer:
             await self._after_failure(reason)
             return
         self._proc, self._argv = proc, spec.argv
+        log.info("%s: launched pid %d (%s launcher)", self.name, proc.pid, self.ctx.launcher.kind)
         await self.ctx.store_call(Store.record_server_process, self.name, proc.pid, proc.pgid,
                                   list(proc.argv), proc.started_at)
         outcome = await self._await_ready(proc, spec)
         if isinstance(outcome, _Ready):
             outcome = await self._serve(proc, spec)
+        await self._end(proc, outcome)
+
+    async def _adopted_life(self, adoption: _Adoption, spec: ServerSpec) -> None:
+        """A life that began under an earlier daemon: no launch, no model load. Its log is
+        followed from where it is, the answers the dead daemon left in flight on it are
+        aborted (they were requeued at start, no attempt counted: nobody reads them), and
+        one health check makes it READY."""
+        proc = adoption.proc
+        up_s = max(0.0, self.ctx.clock() - proc.started_at)
+        said = f"adopted pid {proc.pid}, up {duration(up_s)}"
+        await anyio.to_thread.run_sync(self.log.skip_to_end, True,
+                                       limiter=self.ctx.proc_limiter)
+        proc.log_mark = self.log.line_count
+        self.log.follow()
+        self._proc, self._argv = proc, proc.argv
+        await self._transition(S.STARTING, f"{said}, left running by an earlier daemon",
+                               argv=list(proc.argv), gpus=list(spec.gpus), pid=proc.pid,
+                               adopted=True)
+        aborted = await abort_left(self.name, self.ctx.client, spec.base_url,
+                                   adoption.left_in_flight)
+        await self._add_event(EventKind.SERVER_ADOPTED, {
+            "pid": proc.pid, "up_s": round(up_s, 1), "argv": list(proc.argv),
+            "roll": adoption.roll, "left_in_flight": len(adoption.left_in_flight),
+            "aborted": aborted})
+        outcome = await self._await_ready(proc, spec)
+        if isinstance(outcome, _Ready):
+            outcome = await self._serve(proc, spec, f"{said}: /health_generate answered 200")
         await self._end(proc, outcome)
 
     async def _await_ready(self, proc: ServerProcess, spec: ServerSpec) -> _Ready | Request | Failure:
@@ -305,9 +368,9 @@ class ManagedServer:
         # Refused connections and 503s alike mean "still loading" here (health.py).
         last = "no probe answered yet"
         while True:
-            rc = proc.returncode
-            if rc is not None:
-                return Failure(Trigger.EXITED, f"{describe_returncode(rc)} while starting")
+            if await has_exited(proc):
+                return Failure(Trigger.EXITED,
+                               f"{describe_returncode(proc.returncode)} while starting")
             req = self._take_request()
             if req is not None and req.kind == "restart":
                 return req
@@ -318,7 +381,7 @@ class ManagedServer:
                                f"(last probe: {last})")
             ok, last = await probe(self.ctx.client, spec.base_url,
                                    min(s.health_timeout_s, remaining))
-            if ok and proc.returncode is None:
+            if ok and not await has_exited(proc):
                 # 200 is not enough: it must be our process that answered.
                 if await anyio.to_thread.run_sync(served_by_group, spec.port, proc.pgid,
                                                   limiter=self.ctx.proc_limiter):
@@ -348,7 +411,8 @@ class ManagedServer:
         with anyio.move_on_after(timeout_s):
             await self._poke.wait()
 
-    async def _serve(self, proc: ServerProcess, spec: ServerSpec) -> Request | Failure:
+    async def _serve(self, proc: ServerProcess, spec: ServerSpec,
+                     ready_reason: str = "/health_generate answered 200") -> Request | Failure:
         # The live max tokens (a `ctl max-tokens` changes it): SGLang's own estimate of its
         # slots, without a max-running-requests flag, is bounded by its KV pool at that size.
         slots = await server_slots(self.name, self.ctx.client, spec.base_url, self.servers,
@@ -365,7 +429,8 @@ class ManagedServer:
         decision = Decision()
         rule = HangRule(anyio.current_time())
         self._life_progress = rule.life
-        self.progress_reader.new_life(spec.argv)
+        # The process's own argv: an adopted server may run other flags than the config's.
+        self.progress_reader.new_life(proc.argv)
 
         async def serve() -> None:
             try:
@@ -378,7 +443,7 @@ class ManagedServer:
         # rolling restart waiting for this server) finds the limit the server now serves at.
         self.endpoint = endpoint
         try:
-            await self._transition(S.READY, "/health_generate answered 200", pid=proc.pid,
+            await self._transition(S.READY, ready_reason, pid=proc.pid,
                                    max_running=endpoint.max_running, slots_from=slots.source,
                                    **({"slots_why": slots.why} if slots.why else {}))
             async with anyio.create_task_group() as tg:
@@ -394,7 +459,7 @@ class ManagedServer:
                                          lambda: self.servers, decision, rule)
                         watch.start_soon(watch_requests, self._wait_request, decision)
                         watch.start_soon(self.sglang.watch, self.ctx.client, spec.base_url,
-                                         spec.argv, self.servers.health_interval_s,
+                                         proc.argv, self.servers.health_interval_s,
                                          self._in_flight)
                 outcome = decision.outcome
                 assert outcome is not None
@@ -418,9 +483,9 @@ class ManagedServer:
         timeout = self.servers.drain_timeout_s
         with anyio.move_on_after(timeout):
             while not serve_done.is_set():
-                rc = proc.returncode
-                if rc is not None:
-                    return Failure(Trigger.EXITED, f"{describe_returncode(rc)} while draining")
+                if await has_exited(proc):
+                    return Failure(Trigger.EXITED,
+                                   f"{describe_returncode(proc.returncode)} while draining")
                 with anyio.move_on_after(self.ctx.exit_poll_s):
                     await serve_done.wait()
             return None
@@ -478,11 +543,11 @@ class ManagedServer:
 
     async def _stop_process(self, proc: ServerProcess) -> str:
         result = await anyio.to_thread.run_sync(
-            stop_group, proc.pgid, self.servers.stop_grace_s, proc, self.ctx.kill_wait_s,
+            self.ctx.launcher.stop, proc, self.servers.stop_grace_s, self.ctx.kill_wait_s,
             limiter=self.ctx.proc_limiter)
-        # The group is gone, so the pipe hits EOF: wait for the pump to write the last lines,
-        # which are the ones that say why it died.
-        await anyio.to_thread.run_sync(proc.pump.join, 5.0, limiter=self.ctx.proc_limiter)
+        # The group is gone: read its last lines, the ones that say why it died, before
+        # the exit is classified.
+        await anyio.to_thread.run_sync(self.log.catch_up, True, limiter=self.ctx.proc_limiter)
         if self._proc is proc:
             self._proc = None
         await self.ctx.store_call(Store.forget_server_process, self.name)
@@ -490,6 +555,11 @@ class ManagedServer:
 
     async def _final_stop(self) -> None:
         proc = self._proc
+        if proc is not None and self.ctx.keep_on_exit():
+            # Left for the next daemon: its record stays, so that daemon can prove it ours.
+            log.info("%s: left running (pid %d) for the next daemon to adopt", self.name,
+                     proc.pid)
+            return
         if proc is not None:
             await self._transition(S.STOPPING, "supervisor shutting down", pid=proc.pid)
             stopped = await self._stop_process(proc)
