@@ -14,6 +14,7 @@ install of boto3 or NVML does not stop them).
     verify  --state DB           one job's output checked against its DB (exit 1 on a mismatch)
     requeue --failed --state DB  failed prompts back to pending (audited)
     rebuild-state --config PATH  a lost state DB rebuilt from the output and the prompts
+    serve-server --spec PATH     exec one server from its spec file (the server units run it)
 """
 
 from __future__ import annotations
@@ -40,6 +41,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "its state DB)"),
     "requeue": ("supervisor.commands.requeue", "send failed prompts back to pending (audited)"),
     "rebuild-state": ("supervisor.shards.rebuild_state", "rebuild a lost state DB from the output"),
+    "serve-server": ("supervisor.commands.serve_server",
+                     "exec one server from its spec file (what dflash-sglang@.service runs)"),
 }
 # What a command whose reader went away (`... | head -1`) exits with: 128 + SIGPIPE, what a
 # tool killed by SIGPIPE reports (the shell's pipefail reads it the same way).

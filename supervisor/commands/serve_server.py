@@ -1,0 +1,70 @@
+"""`dflash-supervisor serve-server --spec PATH`: what a `dflash-sglang@NAME.service` unit runs.
+
+Reads the spec file the daemon wrote (servers/unit_spec.py), sends its own stdout and stderr
+to the server's log file (appending: the daemon tails it, and earlier lives stay above), and
+execs the server's argv with the spec's environment. After the exec the unit's main process
+is SGLang itself: systemd's MainPID, exit status and cgroup are the server's.
+
+Exit status without an exec: 2 (the spec file is missing or malformed, one line saying so in
+the unit's journal), 127 (the command could not be executed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Sequence
+
+from supervisor.servers.unit_spec import SpecError, UnitSpec, read_spec
+
+# systemd sets these for the server's own unit; the daemon's values (copied into the spec with
+# the rest of its environment) would name the daemon's invocation, journal stream and
+# directories instead.
+_UNIT_OWN = ("INVOCATION_ID", "JOURNAL_STREAM", "SYSTEMD_EXEC_PID", "STATE_DIRECTORY",
+             "LOGS_DIRECTORY", "RUNTIME_DIRECTORY", "CONFIGURATION_DIRECTORY",
+             "NOTIFY_SOCKET", "WATCHDOG_PID", "WATCHDOG_USEC", "MAINPID")
+
+
+def server_env(spec: UnitSpec, own: dict[str, str]) -> dict[str, str]:
+    env = {k: v for k, v in spec.env.items() if k not in _UNIT_OWN}
+    env.update({k: own[k] for k in _UNIT_OWN if k in own})
+    return env
+
+
+def _redirect_output(log_path: str, name: str) -> None:
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
+    os.write(fd, (f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} {name} pid {os.getpid()} "
+                  f"(unit {os.environ.get('INVOCATION_ID', '?')[:12]})\n").encode())
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="dflash-supervisor serve-server",
+                                description="Exec one SGLang server from the spec file the "
+                                            "daemon wrote (what dflash-sglang@.service runs).")
+    p.add_argument("--spec", required=True, type=Path, help="the server's spec file")
+    args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        spec = read_spec(args.spec)
+    except SpecError as exc:
+        print(f"dflash-supervisor serve-server: {exc}", file=sys.stderr)
+        return 2
+    env = server_env(spec, dict(os.environ))
+    try:
+        if spec.log_path:
+            _redirect_output(spec.log_path, spec.name)
+        if spec.cwd:
+            os.chdir(spec.cwd)
+        sys.stdout.flush()
+        os.execvpe(spec.argv[0], list(spec.argv), env)
+    except OSError as exc:
+        # After the redirect this line lands in the server's log, where the daemon looks.
+        print(f"dflash-supervisor serve-server: {spec.name}: could not start "
+              f"{spec.argv[0]!r}: {exc}", file=sys.stderr)
+        return 127
+    return 127  # not reached: execvpe returns only by raising
