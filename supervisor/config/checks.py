@@ -14,8 +14,6 @@ from supervisor.config.sections import ConfigError, JobConfig, ServersSection
 # before it answers 503 (`sglang/srt/entrypoints/http_server.py:218` HEALTH_CHECK_TIMEOUT,
 # SGLANG_HEALTH_CHECK_TIMEOUT; the wait loop polls each second, :779).
 SGLANG_HEALTH_WAIT_S = 20.0
-# servers.launcher's values (servers/launcher_choice.py).
-LAUNCHERS = ("auto", "process", "systemd")
 
 
 def validate(cfg: JobConfig) -> None:
@@ -52,9 +50,6 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError(f"servers.host: {problem}")
     if not 1 <= s.base_port <= 65535:
         raise ConfigError(f"servers.base_port: must be a TCP port, got {s.base_port}")
-    if s.launcher not in LAUNCHERS:
-        raise ConfigError(f"servers.launcher: must be one of {', '.join(LAUNCHERS)}, "
-                          f"got {s.launcher!r}")
     if not s.model_path:
         raise ConfigError("servers.model_path: required (the model SGLang loads)")
     for key in ("model-path", "host", "port"):

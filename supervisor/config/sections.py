@@ -68,11 +68,6 @@ class ServersSection:
     # Pass-through SGLang flags, in order: {"mem-fraction-static": 0.88, "enable-metrics": true}
     flags: Mapping[str, Any] = field(default_factory=dict)
     log_dir: str = "logs"
-    # How servers are started: "process" (children of the daemon, each in its own process
-    # group), "systemd" (each in its own unit, dflash-sglang@NAME.service, so it outlives a
-    # daemon restart), or "auto": systemd when the daemon runs under systemd and the template
-    # is installed (servers/launcher_choice.py).
-    launcher: str = "auto"
     startup_timeout_s: float = 1200.0
     health_interval_s: float = 5.0
     # Above SGLang's own 20 s: /health_generate waits that long for the scheduler to make
