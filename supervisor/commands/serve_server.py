@@ -5,6 +5,10 @@ to the server's log file (appending: the daemon tails it, and earlier lives stay
 execs the server's argv with the spec's environment. After the exec the unit's main process
 is SGLang itself: systemd's MainPID, exit status and cgroup are the server's.
 
+With --record-exit (the unit's ExecStopPost) it records instead how the server ended, from
+systemd's $SERVICE_RESULT, $EXIT_CODE and $EXIT_STATUS, in NAME.exit.json beside the spec:
+systemd unloads a unit that ended cleanly at once, and its exit status with it.
+
 Exit status without an exec: 2 (the spec file is missing or malformed, one line saying so in
 the unit's journal), 127 (the command could not be executed).
 """
@@ -14,11 +18,11 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 from pathlib import Path
 from typing import Sequence
 
-from supervisor.servers.unit_spec import SpecError, UnitSpec, read_spec
+from supervisor.servers.unit_spec import (SpecError, UnitExit, UnitSpec, exit_path, read_spec,
+                                          write_exit)
 
 # systemd sets these for the server's own unit; the daemon's values (copied into the spec with
 # the rest of its environment) would name the daemon's invocation, journal stream and
@@ -34,10 +38,9 @@ def server_env(spec: UnitSpec, own: dict[str, str]) -> dict[str, str]:
     return env
 
 
-def _redirect_output(log_path: str, name: str) -> None:
+def _redirect_output(log_path: str) -> None:
+    # O_APPEND: the daemon rotates by copy-then-truncate, and appends land at the new end.
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-    os.write(fd, (f"===== {time.strftime('%Y-%m-%d %H:%M:%S')} {name} pid {os.getpid()} "
-                  f"(unit {os.environ.get('INVOCATION_ID', '?')[:12]})\n").encode())
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -48,7 +51,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                                 description="Exec one SGLang server from the spec file the "
                                             "daemon wrote (what dflash-sglang@.service runs).")
     p.add_argument("--spec", required=True, type=Path, help="the server's spec file")
+    p.add_argument("--record-exit", action="store_true",
+                   help="record how the server ended (the unit's ExecStopPost)")
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
+    if args.record_exit:
+        env = os.environ
+        write_exit(exit_path(args.spec), UnitExit(
+            env.get("INVOCATION_ID", ""), env.get("SERVICE_RESULT", ""),
+            env.get("EXIT_CODE", ""), env.get("EXIT_STATUS", "")))
+        return 0
     try:
         spec = read_spec(args.spec)
     except SpecError as exc:
@@ -57,7 +68,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     env = server_env(spec, dict(os.environ))
     try:
         if spec.log_path:
-            _redirect_output(spec.log_path, spec.name)
+            _redirect_output(spec.log_path)
         if spec.cwd:
             os.chdir(spec.cwd)
         sys.stdout.flush()

@@ -8,10 +8,11 @@ environment reach the unit through a spec file (unit_spec.py) and `serve-server`
 so the unit's MainPID is the server itself.
 
 What it reads from systemd: MainPID (the server's pid, a session and process group leader:
-systemd calls setsid for every service), and, once that pid is gone, ExecMainCode and
-ExecMainStatus (how it ended, as a Popen returncode: the exit code, or minus the signal).
-Liveness is read from /proc (pid and create time), cheap enough for the exit watcher's poll;
-systemctl is asked only at start, stop and after an exit. Every call here blocks: async code
+systemd calls setsid for every service) and InvocationID (which start a life is). How a server
+ended comes from the file its unit's ExecStopPost writes (unit_spec.py: systemd unloads a unit
+that ended cleanly at once, ExecMainStatus with it), as a Popen returncode: the exit code,
+or minus the signal. Liveness is read from /proc (pid and create time), cheap enough for the
+exit watcher's poll; systemctl is asked only at start and stop. Every call here blocks: async code
 calls it in a worker thread.
 """
 
@@ -28,7 +29,8 @@ from typing import Mapping, Sequence
 
 import psutil
 
-from supervisor.servers.unit_spec import UnitSpec, write_spec
+from supervisor.servers.unit_spec import (UnitSpec, exit_path, read_exit, spec_path,
+                                          write_spec)
 
 log = logging.getLogger(__name__)
 
@@ -37,8 +39,6 @@ DEFAULT_STATE_DIR = Path("/var/lib/dflash-supervisor")
 SYSTEMCTL_TIMEOUT_S = 60.0
 # create_time is derived from boot time and start ticks; allow for rounding, nothing more.
 _CREATE_TIME_SLACK_S = 1.0
-# systemd's ExecMainCode: the si_code of the main process's end (CLD_EXITED, _KILLED, _DUMPED).
-_CLD_EXITED, _CLD_KILLED, _CLD_DUMPED = 1, 2, 3
 
 
 class LaunchError(OSError):
@@ -95,15 +95,6 @@ def state_dir(env: Mapping[str, str]) -> Path:
     return Path(value.split(":")[0]) if value else DEFAULT_STATE_DIR
 
 
-def returncode_of(code: int, status: int) -> int | None:
-    """systemd's ExecMainCode/ExecMainStatus as a Popen returncode; None when it has none."""
-    if code == _CLD_EXITED:
-        return status
-    if code in (_CLD_KILLED, _CLD_DUMPED):
-        return -status
-    return None
-
-
 @dataclass
 class UnitServer:
     """One server running in its unit: what the daemon records and watches."""
@@ -113,13 +104,16 @@ class UnitServer:
     pid: int
     argv: tuple[str, ...]
     started_at: float            # the main process's create time (psutil)
+    invocation: str              # the unit's InvocationID: which start this life is
+    exit_file: Path              # where the unit's ExecStopPost records how it ended
     log_mark: int = 0
     stopped_by_us: bool = field(default=False)
+    result: str | None = None    # systemd's Result once it ended (success, oom-kill ...)
     _returncode: int | None = field(default=None, repr=False)
 
     @property
     def pgid(self) -> int:
-        return self.pid
+        return self.pid          # systemd makes every service's main process a session leader
 
     def alive(self) -> bool:
         try:
@@ -130,28 +124,18 @@ class UnitServer:
             return False
 
     @property
+    def exited(self) -> bool:
+        return self.result is not None or not self.alive()
+
+    @property
     def returncode(self) -> int | None:
-        """None while the main process runs; then how it ended, as systemd recorded it."""
-        if self._returncode is not None or self.alive():
-            return self._returncode
-        self._returncode = exit_returncode(self.unit, self.started_at)
+        """None while it runs, and until the unit's ExecStopPost has recorded how it ended;
+        then the exit code, or minus the signal, as Popen says it."""
+        if self.result is None and not self.alive():
+            record = read_exit(self.exit_file)
+            if record is not None and record.invocation == self.invocation:
+                self.result, self._returncode = record.result, record.returncode
         return self._returncode
-
-
-def exit_returncode(unit: str, started_at: float) -> int | None:
-    """How the unit's main process ended, once systemd has seen it end (None until then, and
-    for a unit whose last start is not this life's)."""
-    s = show(unit, "ExecMainCode", "ExecMainStatus", "ExecMainStartTimestampMonotonic",
-             "ExecMainExitTimestampMonotonic", "ExecMainPID")
-    try:
-        start, end = int(s["ExecMainStartTimestampMonotonic"]), int(
-            s["ExecMainExitTimestampMonotonic"])
-        code, status = int(s["ExecMainCode"]), int(s["ExecMainStatus"])
-    except (KeyError, ValueError):
-        return None
-    if end == 0 or end < start:
-        return None  # systemd has not processed the exit yet: ask again at the next poll
-    return returncode_of(code, status)
 
 
 class SystemdLauncher:
@@ -179,7 +163,7 @@ class SystemdLauncher:
         write_spec(self.spec_dir, UnitSpec(name, tuple(argv), dict(env), os.fspath(log_path),
                                            cwd))
         systemctl("start", unit)
-        s = show(unit, "MainPID", "ActiveState", "Result")
+        s = show(unit, "MainPID", "ActiveState", "Result", "InvocationID")
         pid = int(s.get("MainPID", "0") or 0)
         if pid == 0:
             raise LaunchError(f"{unit}: not running after start (state {s.get('ActiveState')}, "
@@ -189,19 +173,24 @@ class SystemdLauncher:
         except psutil.Error:
             started_at = time.time()  # it already died; returncode says how
         log.info("%s: started %s (pid %d)", name, unit, pid)
-        return UnitServer(name, unit, pid, tuple(argv), started_at)
+        return UnitServer(name, unit, pid, tuple(argv), started_at, s.get("InvocationID", ""),
+                          self._exit_file(name))
+
+    def _exit_file(self, name: str) -> Path:
+        return exit_path(spec_path(self.spec_dir, name))
 
     def find(self, name: str) -> UnitServer | None:
         """The server unit's running main process, if any (for adoption, which proves it is
         this job's before using it)."""
         unit = unit_name(name)
-        s = show(unit, "MainPID", "ActiveState")
+        s = show(unit, "MainPID", "ActiveState", "InvocationID")
         pid = int(s.get("MainPID", "0") or 0)
         if s.get("ActiveState") != "active" or pid == 0:
             return None
         try:
             p = psutil.Process(pid)
-            return UnitServer(name, unit, pid, tuple(p.cmdline()), p.create_time())
+            return UnitServer(name, unit, pid, tuple(p.cmdline()), p.create_time(),
+                              s.get("InvocationID", ""), self._exit_file(name))
         except psutil.Error:
             return None
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -42,22 +43,72 @@ def spec_path(spec_dir: Path, name: str) -> Path:
     return spec_dir / f"{name}.json"
 
 
+def exit_path(spec: Path) -> Path:
+    """Where the unit's ExecStopPost records how the server ended, beside its spec."""
+    return spec.with_name(spec.name.removesuffix(".json") + ".exit.json")
+
+
+@dataclass(frozen=True)
+class UnitExit:
+    """How one invocation of a server unit ended, from systemd's ExecStopPost variables.
+    Recorded in a file because systemd forgets: a unit that ended cleanly is unloaded at
+    once, and its ExecMainStatus with it."""
+
+    invocation: str     # the unit's INVOCATION_ID: which start this exit belongs to
+    result: str         # $SERVICE_RESULT: success, exit-code, signal, core-dump, oom-kill ...
+    code: str           # $EXIT_CODE: exited, killed, dumped ("" when it never ran)
+    status: str         # $EXIT_STATUS: a number, or a signal name (TERM, KILL)
+
+    @property
+    def returncode(self) -> int | None:
+        """As Popen says it: the exit code, or minus the signal number."""
+        if self.code == "exited" and self.status.lstrip("-").isdigit():
+            return int(self.status)
+        if self.code in ("killed", "dumped"):
+            if self.status.isdigit():
+                return -int(self.status)
+            try:
+                return -int(signal.Signals[f"SIG{self.status}"])
+            except (KeyError, ValueError):
+                return None
+        return None
+
+
+def write_exit(path: Path, unit_exit: UnitExit) -> None:
+    _write_atomically(path, json.dumps(asdict(unit_exit)))
+
+
+def read_exit(path: Path) -> UnitExit | None:
+    """None when there is no record, or it is not readable as one."""
+    try:
+        raw = json.loads(path.read_text())
+        return UnitExit(str(raw["invocation"]), str(raw["result"]), str(raw["code"]),
+                        str(raw["status"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def write_spec(spec_dir: Path, spec: UnitSpec) -> Path:
     """Atomically (a rename), readable by the owner only: the environment holds the job's
     token. Blocking."""
     spec_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     target = spec_path(spec_dir, spec.name)
-    fd, tmp = tempfile.mkstemp(prefix=f".{spec.name}.", suffix=".tmp", dir=spec_dir)
+    _write_atomically(target, spec.to_json())
+    return target
+
+
+def _write_atomically(target: Path, text: str) -> None:
+    # mkstemp's file is 0600: the spec's environment holds the job's token.
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     try:
         with os.fdopen(fd, "w") as f:
-            f.write(spec.to_json())
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    return target
 
 
 def read_spec(path: Path) -> UnitSpec:
