@@ -65,6 +65,9 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError(f"servers.max_unserved_failures: must be >= 0 (0 = never), "
                           f"got {s.max_unserved_failures}")
     positive("servers.health_failures", s.health_failures)
+    if s.launcher not in ("auto", "process", "systemd"):
+        raise ConfigError(f"servers.launcher: must be \"auto\", \"process\" or \"systemd\", "
+                          f"got {s.launcher!r}")
     positive("servers.max_failures", s.max_failures)
     _check_ports(s)
     _check_context_length(cfg)

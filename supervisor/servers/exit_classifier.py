@@ -208,7 +208,9 @@ def _signal_name(sig: int) -> str:
 
 def describe_returncode(returncode: int | None) -> str:
     if returncode is None:
-        return "still running"
+        # Only a server that is not our child ends this way (adopted, a systemd unit's):
+        # there is no status to collect.
+        return "exited (its exit status is unknown: not the daemon's own child)"
     if returncode < 0:
         return f"killed by signal {-returncode} ({_signal_name(-returncode)})"
     return f"exited with code {returncode}"

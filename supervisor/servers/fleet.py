@@ -27,6 +27,7 @@ from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.flag_check import require_accepted_retune
 from supervisor.servers.launch_command import build_specs
+from supervisor.servers.launcher import Launcher, choose_launcher
 from supervisor.servers.managed_server import Dispatching, FleetContext, ManagedServer
 from supervisor.servers.orphans import stop_orphan
 from supervisor.servers.restart_policy import RestartPolicy
@@ -52,6 +53,8 @@ class FleetOptions:
     startup_probe_s: float = 1.0
     kill_wait_s: float = 10.0
     cleanup_orphans: bool = True
+    # Who starts and stops the servers; default: the one `servers.launcher` names.
+    launcher: Launcher | None = None
 
 
 @dataclass(frozen=True)
@@ -93,11 +96,18 @@ class Fleet:
         self._changed = anyio.Event()
         self._roll_ticket: RollTicket | None = None
         specs = build_specs(config.servers)
+        launcher = o.launcher
+        if launcher is None:
+            try:
+                launcher = choose_launcher(config.servers.launcher, o.base_env)
+            except ValueError as exc:
+                raise ConfigError(str(exc)) from None
+        self.launcher = launcher
         self._ctx = FleetContext(
             store_call=self._store_call, dispatcher=dispatcher,
             client=None,  # type: ignore[arg-type]  # set in run()
             clock=o.clock, monotonic=o.monotonic, on_change=self._on_change,
-            proc_limiter=anyio.CapacityLimiter(2 * len(specs) + 2),
+            proc_limiter=anyio.CapacityLimiter(2 * len(specs) + 2), launcher=launcher,
             base_env=None if o.base_env is None else dict(o.base_env), cwd=o.cwd,
             exit_poll_s=o.exit_poll_s, startup_probe_s=o.startup_probe_s,
             kill_wait_s=o.kill_wait_s)

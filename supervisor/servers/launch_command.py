@@ -135,7 +135,7 @@ def build_env(spec: ServerSpec, base: Mapping[str, str] | None = None) -> dict[s
         env.pop(key, None)
     # Read before it is overwritten: a scheduler's list is what the server's GPUs index into.
     env["CUDA_VISIBLE_DEVICES"] = server_devices(spec, env)
-    # The log pump classifies a death from the last lines; a block-buffered stdout would lose
+    # The exit classifier reads a death from the last lines; a block-buffered stdout would lose
     # exactly those lines when the process is killed.
     env["PYTHONUNBUFFERED"] = "1"
     return env

@@ -37,14 +37,16 @@ from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env
                                                max_running)
 from supervisor.servers.port_owner import (PortHolder, foreign_listener, port_holder,
                                            served_by_group)
-from supervisor.servers.process_group import ServerProcess, spawn, stop_group
+from supervisor.servers.launcher import LaunchRequest, Launcher
+from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_slots import server_slots
 from supervisor.servers.server_state import ServerSnapshot, ServerState, check_transition
 from supervisor.servers.progress_reading import ProgressReader, ServerProgressView
 from supervisor.servers.sglang_monitor import SglangMonitor
-from supervisor.servers.watchers import (Decision, Failure, Request, watch_exit, watch_health,
+from supervisor.servers.watchers import (Decision, Failure, Request, has_exited, watch_exit,
+                                         watch_health,
                                          watch_progress, watch_requests)
 
 log = logging.getLogger("supervisor.servers")
@@ -76,6 +78,7 @@ class FleetContext:
     monotonic: Callable[[], float]        # for the restart policy's failure window
     on_change: Callable[[], None]
     proc_limiter: anyio.CapacityLimiter   # threads that spawn/stop processes
+    launcher: Launcher                    # how servers are started, found, stopped
     base_env: dict[str, str] | None = None
     cwd: str | None = None
     exit_poll_s: float = 0.2
@@ -281,9 +284,10 @@ class ManagedServer:
             await self._after_failure(self.last_exit, give_up=True)
             return
         try:
-            proc = await anyio.to_thread.run_sync(
-                spawn, spec.argv, env, self.log, f"{self.name} start #{self._starts}", self.ctx.cwd,
-                limiter=self.ctx.proc_limiter)
+            request = LaunchRequest(self.name, spec.argv, env, self.log,
+                                    f"{self.name} start #{self._starts}", self.ctx.cwd)
+            proc = await anyio.to_thread.run_sync(self.ctx.launcher.launch, request,
+                                                  limiter=self.ctx.proc_limiter)
         except OSError as exc:
             reason = classify(Trigger.SPAWN_FAILED, None, (),
                               f"could not start {spec.argv[0]!r}: {exc}")
@@ -291,6 +295,7 @@ class ManagedServer:
             await self._after_failure(reason)
             return
         self._proc, self._argv = proc, spec.argv
+        log.info("%s: launched pid %d (%s launcher)", self.name, proc.pid, self.ctx.launcher.kind)
         await self.ctx.store_call(Store.record_server_process, self.name, proc.pid, proc.pgid,
                                   list(proc.argv), proc.started_at)
         outcome = await self._await_ready(proc, spec)
@@ -305,9 +310,9 @@ class ManagedServer:
         # Refused connections and 503s alike mean "still loading" here (health.py).
         last = "no probe answered yet"
         while True:
-            rc = proc.returncode
-            if rc is not None:
-                return Failure(Trigger.EXITED, f"{describe_returncode(rc)} while starting")
+            if await has_exited(proc):
+                return Failure(Trigger.EXITED,
+                               f"{describe_returncode(proc.returncode)} while starting")
             req = self._take_request()
             if req is not None and req.kind == "restart":
                 return req
@@ -318,7 +323,7 @@ class ManagedServer:
                                f"(last probe: {last})")
             ok, last = await probe(self.ctx.client, spec.base_url,
                                    min(s.health_timeout_s, remaining))
-            if ok and proc.returncode is None:
+            if ok and not await has_exited(proc):
                 # 200 is not enough: it must be our process that answered.
                 if await anyio.to_thread.run_sync(served_by_group, spec.port, proc.pgid,
                                                   limiter=self.ctx.proc_limiter):
@@ -418,9 +423,9 @@ class ManagedServer:
         timeout = self.servers.drain_timeout_s
         with anyio.move_on_after(timeout):
             while not serve_done.is_set():
-                rc = proc.returncode
-                if rc is not None:
-                    return Failure(Trigger.EXITED, f"{describe_returncode(rc)} while draining")
+                if await has_exited(proc):
+                    return Failure(Trigger.EXITED,
+                                   f"{describe_returncode(proc.returncode)} while draining")
                 with anyio.move_on_after(self.ctx.exit_poll_s):
                     await serve_done.wait()
             return None
@@ -478,11 +483,11 @@ class ManagedServer:
 
     async def _stop_process(self, proc: ServerProcess) -> str:
         result = await anyio.to_thread.run_sync(
-            stop_group, proc.pgid, self.servers.stop_grace_s, proc, self.ctx.kill_wait_s,
+            self.ctx.launcher.stop, proc, self.servers.stop_grace_s, self.ctx.kill_wait_s,
             limiter=self.ctx.proc_limiter)
-        # The group is gone, so the pipe hits EOF: wait for the pump to write the last lines,
-        # which are the ones that say why it died.
-        await anyio.to_thread.run_sync(proc.pump.join, 5.0, limiter=self.ctx.proc_limiter)
+        # The group is gone: read its last lines, the ones that say why it died, before
+        # the exit is classified.
+        await anyio.to_thread.run_sync(self.log.catch_up, True, limiter=self.ctx.proc_limiter)
         if self._proc is proc:
             self._proc = None
         await self.ctx.store_call(Store.forget_server_process, self.name)

@@ -11,7 +11,6 @@ import logging
 import os
 import signal
 import subprocess
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Mapping, Sequence
@@ -23,46 +22,84 @@ from supervisor.servers.server_log import ServerLog
 log = logging.getLogger(__name__)
 
 
+# create_time is derived from boot time and start ticks; allow for rounding, nothing more.
+CREATE_TIME_SLACK_S = 1.0
+
+
 @dataclass
 class ServerProcess:
-    popen: subprocess.Popen[bytes]
+    """A running server: the launcher's handle, whoever started it (launcher.py).
+
+    `popen` is set only when the server is this daemon's own child; a server adopted from an
+    earlier daemon (or run by systemd) is watched by pid and create_time, and when it ends
+    its exit status is unknown."""
+
     pid: int
     pgid: int
     argv: tuple[str, ...]
     # psutil's create_time of the leader: recorded in the state DB so a later daemon can tell
     # our orphan from an unrelated process that reused the pid.
     started_at: float
-    pump: threading.Thread
     log_mark: int = 0
+    popen: subprocess.Popen[bytes] | None = None
+    adopted: bool = False
+    # The launcher's own name for it, where it has one (a systemd unit).
+    unit: str | None = None
     stopped_by_us: bool = field(default=False)
 
     @property
     def returncode(self) -> int | None:
-        # poll() reaps the leader; until then its pid (and so the pgid) cannot be reused.
-        return self.popen.poll()
+        """Popen's status for our own child (poll() reaps the leader; until then its pid,
+        and so the pgid, cannot be reused); None otherwise, and while it runs."""
+        return self.popen.poll() if self.popen is not None else None
+
+    @property
+    def exited(self) -> bool:
+        if self.popen is not None:
+            return self.popen.poll() is not None
+        return not leader_alive(self.pid, self.started_at)
+
+
+def leader_alive(pid: int, started_at: float) -> bool:
+    """Whether `pid` is still the process that started at `started_at` (not a zombie, not
+    a newcomer that reused the number). Blocking: reads /proc."""
+    try:
+        p = psutil.Process(pid)
+        if p.status() == psutil.STATUS_ZOMBIE:
+            return False
+        return abs(p.create_time() - started_at) <= CREATE_TIME_SLACK_S
+    except psutil.Error:
+        return False
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], log_sink: ServerLog, header: str,
           cwd: str | None = None) -> ServerProcess:
-    """Blocking. Raises OSError when the command cannot be executed."""
+    """Start `argv` in a session and process group of its own, its stdout and stderr
+    appended to the log file (server_log.py says why not a pipe). Blocking. Raises OSError
+    when the command cannot be executed."""
+    log_sink.skip_to_end()
     mark = log_sink.line_count
-    popen = subprocess.Popen(
-        list(argv),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env=dict(env),
-        cwd=cwd,
-        start_new_session=True,  # its own session and process group: pgid == pid
-        close_fds=True,
-    )
-    assert popen.stdout is not None
-    pump = log_sink.pump(popen.stdout, f"{header} pid {popen.pid}")
+    log_sink.write_header(header)
+    out = log_sink.open_for_server()
+    try:
+        popen = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=dict(env),
+            cwd=cwd,
+            start_new_session=True,  # its own session and process group: pgid == pid
+            close_fds=True,
+        )
+    finally:
+        os.close(out)
     try:
         started_at = psutil.Process(popen.pid).create_time()
     except psutil.Error:
         started_at = time.time()  # it already died; nothing will match it later anyway
-    return ServerProcess(popen, popen.pid, popen.pid, tuple(argv), started_at, pump, mark)
+    log_sink.follow()
+    return ServerProcess(popen.pid, popen.pid, tuple(argv), started_at, mark, popen=popen)
 
 
 def group_members(pgid: int) -> list[int]:
@@ -108,13 +145,13 @@ def stop_group(pgid: int, grace_s: float, leader: ServerProcess | None = None,
 
     def reap() -> None:
         if leader is not None:
-            leader.returncode  # noqa: B018 - reaps the leader so it stops counting
+            leader.returncode  # noqa: B018 - reaps our own leader so it stops counting
 
     def empty(result: str) -> str:
         # The scan skips zombies, so the leader may have died between our poll() and the
         # scan: collect its status now (the exit event records it), or its Popen would
         # never learn that it ended. It is dead or a zombie, so this returns at once.
-        if leader is not None and leader.popen.returncode is None:
+        if leader is not None and leader.popen is not None and leader.popen.returncode is None:
             try:
                 leader.popen.wait(timeout=kill_wait_s)
             except subprocess.TimeoutExpired:

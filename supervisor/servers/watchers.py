@@ -55,11 +55,18 @@ class Decision:
         self.scope.cancel()
 
 
+async def has_exited(proc: ServerProcess) -> bool:
+    """Our own child: a non-blocking waitpid. A server that is not our child (adopted, a
+    systemd unit's) is looked up in /proc, which blocks: in a worker thread."""
+    if proc.popen is not None:
+        return proc.exited
+    return await anyio.to_thread.run_sync(lambda: proc.exited)
+
+
 async def watch_exit(proc: ServerProcess, decision: Decision, poll_s: float) -> None:
     while True:
-        rc = proc.returncode
-        if rc is not None:
-            decision.decide(Failure(Trigger.EXITED, describe_returncode(rc)))
+        if await has_exited(proc):
+            decision.decide(Failure(Trigger.EXITED, describe_returncode(proc.returncode)))
             return
         await anyio.sleep(poll_s)
 

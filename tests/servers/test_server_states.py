@@ -14,6 +14,7 @@ from supervisor.config import JobConfig, ServersSection
 from supervisor.config.live_settings import LiveSettings
 from supervisor.servers.managed_server import FleetContext, ManagedServer
 from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.process_launcher import ProcessLauncher
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import (ALLOWED_TRANSITIONS, IllegalTransition,
                                              ServerState, check_transition)
@@ -77,7 +78,7 @@ def _server(tmp_path: Path, events: list[tuple]) -> ManagedServer:
 
     ctx = FleetContext(store_call=store_call, dispatcher=None, client=None,  # type: ignore[arg-type]
                        clock=time.time, monotonic=time.monotonic, on_change=lambda: None,
-                       proc_limiter=anyio.CapacityLimiter(1))
+                       proc_limiter=anyio.CapacityLimiter(1), launcher=ProcessLauncher())
     return ManagedServer("gpu0", (0,), 30000, LiveSettings(JobConfig(servers=servers)), ctx,
                          ServerLog(tmp_path / "gpu0.log"), RestartPolicy.from_config(servers))
 

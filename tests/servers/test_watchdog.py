@@ -18,6 +18,7 @@ from supervisor.servers.exit_classifier import Trigger
 from supervisor.servers.hang_rule import HangRule, ProgressReading
 from supervisor.servers.managed_server import FleetContext, ManagedServer
 from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.process_launcher import ProcessLauncher
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.watchers import Decision, watch_progress
 
@@ -112,7 +113,7 @@ def _server(tmp_path: Path, dispatcher: object, dispatch: DispatchSection) -> Ma
 
     ctx = FleetContext(store_call=store_call, dispatcher=dispatcher, client=None,  # type: ignore[arg-type]
                        clock=time.time, monotonic=time.monotonic, on_change=lambda: None,
-                       proc_limiter=anyio.CapacityLimiter(1))
+                       proc_limiter=anyio.CapacityLimiter(1), launcher=ProcessLauncher())
     live = LiveSettings(JobConfig(servers=SERVERS, dispatch=dispatch,
                                   generation=GenerationSection(max_tokens=1000)))
     return ManagedServer("gpu0", (0,), 30000, live, ctx,

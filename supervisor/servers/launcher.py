@@ -1,0 +1,103 @@
+"""How a server process is started, found again and stopped: the seam between the fleet's
+life cycle (managed_server.py) and whatever runs the process.
+
+A launcher does three things, each blocking (the fleet calls them in worker threads):
+
+- `launch(request)`: start `request.argv` with `request.env`, its stdout and stderr
+  APPENDED to `request.log` (server_log.py: a file, never a pipe, so the server outlives
+  the daemon), in a process group of its own; return its handle (`ServerProcess`: pid,
+  pgid, argv, create_time). OSError when the command cannot run at all.
+- `find(record)`: the server a state-DB record names, if that very process still runs
+  (pid AND create_time: a reused pid is someone else), as a handle with `popen = None`;
+  None otherwise. Only the launch facts are checked here; adoption.py asks the rest of the
+  proof (command line, port, job token).
+- `stop(proc, grace_s, kill_wait_s)`: SIGTERM the whole group (SGLang's schedulers hold GPU
+  memory), SIGKILL after `grace_s`; "stopped" means no live member is left. Returns
+  process_group.stop_group's word ("gone", "terminated", "killed", "stuck").
+
+A server whose process is not the daemon's child (adopted, or a systemd unit's) has no exit
+code to collect: its handle's `exited` turns true when the leader is gone, and
+`returncode` stays None (the exit classifier then says the status is unknown and reads the
+log's last lines as usual).
+
+`servers.launcher` picks one: "process" (this daemon's children, each in its own session:
+they survive the daemon's death, not a stop of its cgroup), "systemd" (one unit per server,
+added beside this one), "auto" (systemd when the daemon runs as a systemd service and the
+template unit is installed, else process).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Mapping, Protocol
+
+from state.records import ServerProcess as ServerRecord
+from supervisor.servers.process_group import ServerProcess
+from supervisor.servers.server_log import ServerLog
+
+LAUNCHERS = ("auto", "process", "systemd")
+
+# The template unit a systemd launcher starts as dflash-sglang@<server>.service.
+SYSTEMD_TEMPLATE = "dflash-sglang@.service"
+_UNIT_DIRS = ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system",
+              "/usr/lib/systemd/system", "/lib/systemd/system")
+
+
+@dataclass(frozen=True)
+class LaunchRequest:
+    """One server's launch: what runs, with what environment, and where its output goes."""
+
+    name: str
+    argv: tuple[str, ...]
+    env: Mapping[str, str]
+    log: ServerLog
+    header: str                 # the `=====` line written to the log before the launch
+    cwd: str | None = None
+
+
+class Launcher(Protocol):
+    """Starts, finds and stops servers (see the module's docstring). Blocking methods."""
+
+    kind: str                   # "process", "systemd": shown in logs and events
+
+    def launch(self, request: LaunchRequest) -> ServerProcess: ...
+
+    def find(self, record: ServerRecord) -> ServerProcess | None: ...
+
+    def stop(self, proc: ServerProcess, grace_s: float, kill_wait_s: float) -> str: ...
+
+
+def under_systemd(env: Mapping[str, str]) -> bool:
+    """Whether this daemon runs as a systemd service (systemd sets INVOCATION_ID for each
+    unit's processes; a login shell has none)."""
+    return bool(env.get("INVOCATION_ID"))
+
+
+def template_installed(dirs: tuple[str, ...] = _UNIT_DIRS) -> bool:
+    return any(Path(d, SYSTEMD_TEMPLATE).exists() for d in dirs)
+
+
+# Launchers other than "process" register here (the systemd one does, from its module), so
+# this module does not import what it does not need.
+FACTORIES: dict[str, Callable[[], Launcher]] = {}
+
+
+def choose_launcher(setting: str, env: Mapping[str, str] | None = None) -> Launcher:
+    """The launcher `servers.launcher` names. "auto" takes systemd only where it can work
+    (a service, with the template installed, and the systemd launcher available)."""
+    from supervisor.servers.process_launcher import ProcessLauncher
+
+    env = os.environ if env is None else env
+    kind = setting
+    if setting == "auto":
+        kind = ("systemd" if "systemd" in FACTORIES and under_systemd(env)
+                and template_installed() else "process")
+    if kind == "process":
+        return ProcessLauncher()
+    factory = FACTORIES.get(kind)
+    if factory is None:
+        raise ValueError(f"servers.launcher = {setting!r}: no {kind} launcher in this build "
+                         f"(have: process{''.join(', ' + k for k in FACTORIES)})")
+    return factory()
