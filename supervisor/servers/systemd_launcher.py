@@ -20,25 +20,24 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Mapping
 
 import psutil
 
+from state.records import ServerProcess as ServerRecord
+from supervisor.servers.launcher import FACTORIES, LaunchRequest
+from supervisor.servers.process_group import ServerProcess, leader_alive
 from supervisor.servers.unit_spec import (UnitSpec, exit_path, read_exit, spec_path,
                                           write_spec)
 
 log = logging.getLogger(__name__)
 
-TEMPLATE = "dflash-sglang@.service"
 DEFAULT_STATE_DIR = Path("/var/lib/dflash-supervisor")
 SYSTEMCTL_TIMEOUT_S = 60.0
-# create_time is derived from boot time and start ticks; allow for rounding, nothing more.
-_CREATE_TIME_SLACK_S = 1.0
 
 
 class LaunchError(OSError):
@@ -74,21 +73,6 @@ def show(unit: str, *props: str) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.stdout.splitlines() if "=" in line)
 
 
-def template_installed() -> bool:
-    """Whether systemd knows the server template (an instance of it loads)."""
-    if shutil.which("systemctl") is None:
-        return False
-    try:
-        return show(unit_name("probe"), "LoadState").get("LoadState") == "loaded"
-    except LaunchError:
-        return False
-
-
-def under_systemd(env: Mapping[str, str]) -> bool:
-    # systemd sets INVOCATION_ID for every service it runs (and nothing else sets it).
-    return bool(env.get("INVOCATION_ID"))
-
-
 def state_dir(env: Mapping[str, str]) -> Path:
     """The daemon unit's StateDirectory (the template reads its specs from there)."""
     value = env.get("STATE_DIRECTORY", "")
@@ -96,54 +80,37 @@ def state_dir(env: Mapping[str, str]) -> Path:
 
 
 @dataclass
-class UnitServer:
-    """One server running in its unit: what the daemon records and watches."""
+class UnitProcess(ServerProcess):
+    """A server running as its unit's main process (not the daemon's child)."""
 
-    name: str
-    unit: str
-    pid: int
-    argv: tuple[str, ...]
-    started_at: float            # the main process's create time (psutil)
-    invocation: str              # the unit's InvocationID: which start this life is
-    exit_file: Path              # where the unit's ExecStopPost records how it ended
-    log_mark: int = 0
-    stopped_by_us: bool = field(default=False)
-    result: str | None = None    # systemd's Result once it ended (success, oom-kill ...)
-    _returncode: int | None = field(default=None, repr=False)
-
-    @property
-    def pgid(self) -> int:
-        return self.pid          # systemd makes every service's main process a session leader
-
-    def alive(self) -> bool:
-        try:
-            p = psutil.Process(self.pid)
-            return (abs(p.create_time() - self.started_at) <= _CREATE_TIME_SLACK_S
-                    and p.status() != psutil.STATUS_ZOMBIE)
-        except psutil.Error:
-            return False
+    invocation: str = ""             # the unit's InvocationID: which start this life is
+    exit_file: Path | None = None    # where the unit's ExecStopPost records how it ended
+    result: str | None = None        # systemd's Result once it ended (success, oom-kill ...)
+    _exit_code: int | None = field(default=None, repr=False)
 
     @property
     def exited(self) -> bool:
-        return self.result is not None or not self.alive()
+        return self.result is not None or not leader_alive(self.pid, self.started_at)
 
     @property
     def returncode(self) -> int | None:
         """None while it runs, and until the unit's ExecStopPost has recorded how it ended;
         then the exit code, or minus the signal, as Popen says it."""
-        if self.result is None and not self.alive():
+        if self.result is None and self.exit_file is not None and not leader_alive(
+                self.pid, self.started_at):
             record = read_exit(self.exit_file)
             if record is not None and record.invocation == self.invocation:
-                self.result, self._returncode = record.result, record.returncode
-        return self._returncode
+                self.result, self._exit_code = record.result, record.returncode
+        return self._exit_code
 
 
 class SystemdLauncher:
-    """Starts each server as `dflash-sglang@NAME.service`; stops it through systemd."""
+    """Starts each server as `dflash-sglang@NAME.service`; stops it through systemd
+    (launcher.py says what a launcher does)."""
 
     kind = "systemd"
 
-    def __init__(self, spec_dir: Path, poll_s: float = 0.1) -> None:
+    def __init__(self, spec_dir: Path, poll_s: float = 0.2) -> None:
         self.spec_dir = spec_dir
         self.poll_s = poll_s
 
@@ -151,20 +118,24 @@ class SystemdLauncher:
     def from_env(cls, env: Mapping[str, str]) -> SystemdLauncher:
         return cls(state_dir(env) / "servers")
 
-    def start(self, name: str, argv: Sequence[str], env: Mapping[str, str],
-              log_path: str | os.PathLike[str], cwd: str | None = None) -> UnitServer:
+    def launch(self, request: LaunchRequest) -> ServerProcess:
         """Writes the spec and starts the unit; returns once the server is exec'd (Type=exec).
         Raises LaunchError (an OSError) when systemd refuses or the command cannot run."""
-        unit = unit_name(name)
+        unit = unit_name(request.name)
         state = show(unit, "ActiveState")["ActiveState"]
         if state in ("active", "activating", "reloading", "deactivating"):
             # Not ours to reuse without proof (adoption decides that): a fresh life only.
             raise LaunchError(f"{unit} is already {state}; not starting a second server")
-        write_spec(self.spec_dir, UnitSpec(name, tuple(argv), dict(env), os.fspath(log_path),
-                                           cwd))
+        log_sink = request.log
+        log_sink.skip_to_end()
+        mark = log_sink.line_count
+        log_sink.write_header(f"{request.header} ({unit})")
+        write_spec(self.spec_dir, UnitSpec(request.name, tuple(request.argv), dict(request.env),
+                                           os.fspath(log_sink.path), request.cwd))
         systemctl("start", unit)
         s = show(unit, "MainPID", "ActiveState", "Result", "InvocationID")
         pid = int(s.get("MainPID", "0") or 0)
+        log_sink.follow()
         if pid == 0:
             raise LaunchError(f"{unit}: not running after start (state {s.get('ActiveState')}, "
                               f"result {s.get('Result')}; see its log or journalctl -u {unit})")
@@ -172,49 +143,46 @@ class SystemdLauncher:
             started_at = psutil.Process(pid).create_time()
         except psutil.Error:
             started_at = time.time()  # it already died; returncode says how
-        log.info("%s: started %s (pid %d)", name, unit, pid)
-        return UnitServer(name, unit, pid, tuple(argv), started_at, s.get("InvocationID", ""),
-                          self._exit_file(name))
+        return UnitProcess(pid, pid, tuple(request.argv), started_at, mark, unit=unit,
+                           invocation=s.get("InvocationID", ""),
+                           exit_file=self._exit_file(request.name))
 
     def _exit_file(self, name: str) -> Path:
         return exit_path(spec_path(self.spec_dir, name))
 
-    def find(self, name: str) -> UnitServer | None:
-        """The server unit's running main process, if any (for adoption, which proves it is
-        this job's before using it)."""
-        unit = unit_name(name)
+    def find(self, record: ServerRecord) -> ServerProcess | None:
+        """The recorded server, if it is still its unit's running main process (the pid and
+        its create time both match); adoption then asks for the rest of the proof."""
+        unit = unit_name(record.name)
         s = show(unit, "MainPID", "ActiveState", "InvocationID")
-        pid = int(s.get("MainPID", "0") or 0)
-        if s.get("ActiveState") != "active" or pid == 0:
+        if s.get("ActiveState") != "active" or int(s.get("MainPID", "0") or 0) != record.pid:
             return None
-        try:
-            p = psutil.Process(pid)
-            return UnitServer(name, unit, pid, tuple(p.cmdline()), p.create_time(),
-                              s.get("InvocationID", ""), self._exit_file(name))
-        except psutil.Error:
+        if not leader_alive(record.pid, record.started_at):
             return None
+        return UnitProcess(record.pid, record.pid, tuple(record.argv), record.started_at,
+                           adopted=True, unit=unit, invocation=s.get("InvocationID", ""),
+                           exit_file=self._exit_file(record.name))
 
-    def stop(self, server: UnitServer, grace_s: float, kill_wait_s: float = 10.0) -> str:
+    def stop(self, proc: ServerProcess, grace_s: float, kill_wait_s: float = 10.0) -> str:
         """SIGTERM to the unit's whole cgroup, SIGKILL after grace_s. Returns "gone",
         "terminated", "killed" or "stuck", as process_group.stop_group does."""
-        unit = server.unit
+        unit = proc.unit or unit_name("?")
         if self._inactive(unit):
             return "gone"
-        server.stopped_by_us = True
+        proc.stopped_by_us = True
         # --no-block: the grace is ours (servers.stop_grace_s), not the unit's TimeoutStopSec.
         systemctl("stop", "--no-block", unit)
         if self._wait_inactive(unit, grace_s):
-            server.returncode  # noqa: B018 - records how it ended while systemd still has it
             return "terminated"
         log.warning("%s did not stop within %g s; sending SIGKILL to its cgroup", unit, grace_s)
         systemctl("kill", "--signal=SIGKILL", unit, check=False)
         if self._wait_inactive(unit, kill_wait_s):
-            server.returncode  # noqa: B018
             return "killed"
         log.error("%s survived SIGKILL (state %s)", unit, show(unit, "ActiveState"))
         return "stuck"
 
     def _inactive(self, unit: str) -> bool:
+        # Inactive comes after ExecStopPost: the exit record is written by then.
         return show(unit, "ActiveState")["ActiveState"] in ("inactive", "failed")
 
     def _wait_inactive(self, unit: str, timeout_s: float) -> bool:
@@ -225,3 +193,8 @@ class SystemdLauncher:
             if time.monotonic() >= deadline:
                 return False
             time.sleep(self.poll_s)
+
+
+# launcher.choose_launcher finds this launcher here ("auto" picks it under systemd when the
+# template is installed).
+FACTORIES["systemd"] = lambda: SystemdLauncher.from_env(os.environ)
