@@ -148,6 +148,12 @@ class Fleet:
                     for server in self.servers.values():
                         await anyio.to_thread.run_sync(server.log.close)
 
+    def keep_running_at_exit(self) -> None:
+        """Leave the servers running when the fleet ends (the daemon is being restarted):
+        only servers outside the daemon's cgroup survive its exit, so only the systemd
+        launcher's (the caller checks)."""
+        self._ctx.keep_running = True
+
     async def stop_orphans(self) -> list[str]:
         """Stop the process groups a previous daemon recorded and did not clean up."""
         records = await self._store_call(Store.server_processes)

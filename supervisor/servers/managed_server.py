@@ -84,6 +84,9 @@ class FleetContext:
     exit_poll_s: float = 0.2
     startup_probe_s: float = 1.0
     kill_wait_s: float = 10.0
+    # Set when the daemon exits for a restart (systemd's restart job): servers in units of
+    # their own are left running, and recorded, for the next daemon to adopt.
+    keep_running: bool = False
 
 
 class _Ready:
@@ -495,6 +498,11 @@ class ManagedServer:
 
     async def _final_stop(self) -> None:
         proc = self._proc
+        if proc is not None and self.ctx.keep_running and not await has_exited(proc):
+            # Its record stays in the state DB: the next daemon's proof of adoption.
+            log.info("%s: left running for the next daemon to adopt (pid %d)", self.name,
+                     proc.pid)
+            return
         if proc is not None:
             await self._transition(S.STOPPING, "supervisor shutting down", pid=proc.pid)
             stopped = await self._stop_process(proc)
