@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_STATE_DIR = Path("/var/lib/dflash-supervisor")
 SYSTEMCTL_TIMEOUT_S = 60.0
+# How long a launch waits for the unit's previous stop to finish.
+STOPPING_WAIT_S = 30.0
 
 
 class LaunchError(OSError):
@@ -123,6 +125,11 @@ class SystemdLauncher:
         Raises LaunchError (an OSError) when systemd refuses or the command cannot run."""
         unit = unit_name(request.name)
         state = show(unit, "ActiveState")["ActiveState"]
+        if state == "deactivating":
+            # A stop still finishing (its ExecStopPost, or a server stopped by signal a
+            # moment ago): a fresh start waits for it rather than failing a life.
+            self._wait_inactive(unit, STOPPING_WAIT_S)
+            state = show(unit, "ActiveState")["ActiveState"]
         if state in ("active", "activating", "reloading", "deactivating"):
             # Not ours to reuse without proof (adoption decides that): a fresh life only.
             raise LaunchError(f"{unit} is already {state}; not starting a second server")

@@ -164,6 +164,21 @@ def test_each_server_in_its_own_hardened_unit_and_stop_leaves_nothing(box: Box, 
     assert box.pids_of("dflash") == []
     assert "servers are stopped" in job.journal()
 
+    # A daemon that does not stop in time (here: a stop signal it ignores, then SIGKILL at
+    # the timeout): the unit's ExecStopPost stops the servers it left. (SIGSTOP would not
+    # do: systemd sends SIGCONT after the stop signal.)
+    box.write("/etc/systemd/system/dflash-supervisor.service.d/wedged.conf",
+              "[Service]\nTimeoutStopSec=5\nKillSignal=SIGWINCH\n")
+    box.sh("systemctl", "daemon-reload")
+    box.sh("systemctl", "start", UNIT)
+    box.wait(lambda: all(p != "0" for p in job.server_pids().values()),
+             "both server units running again")
+    box.sh("systemctl", "stop", UNIT, timeout=120)
+    for name in SERVERS:
+        assert box.show(f"dflash-sglang@{name}", "ActiveState")["ActiveState"] == "inactive"
+    assert box.pids_of("dflash") == []
+    assert "stopped dflash-sglang@gpu0.service (left running by the daemon)" in job.journal()
+
 
 @pytest.mark.skipif(not adoption_merged(), reason="needs adoption (supervisor/servers/"
                                                    "adoption.py, branch adopt)")
