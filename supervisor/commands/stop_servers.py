@@ -14,18 +14,27 @@ each, with systemd's reason).
 from __future__ import annotations
 
 import argparse
+import subprocess
 import sys
 from typing import Sequence
 
+# Only the standard library and unit_job: this runs at every stop and restart of the daemon's
+# unit (its ExecStopPost), and importing the servers' package would add a second or so.
 from supervisor.job.unit_job import unit_job
-from supervisor.servers.systemd_launcher import LaunchError, systemctl
 
 PATTERN = "dflash-sglang@*.service"
+TIMEOUT_S = 120.0
+
+
+def _systemctl(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(["systemctl", "--no-pager", "--no-ask-password", *args],
+                          capture_output=True, text=True, timeout=TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
 
 
 def running_server_units() -> list[str]:
-    out = systemctl("list-units", "--plain", "--no-legend", "--state=active,activating,"
-                    "deactivating,reloading", PATTERN, check=False)
+    out = _systemctl("list-units", "--plain", "--no-legend",
+                     "--state=active,activating,deactivating,reloading", PATTERN)
     return [line.split()[0] for line in out.stdout.splitlines() if line.strip()]
 
 
@@ -44,10 +53,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = 0
     for unit in units:
         try:
-            systemctl("stop", unit)
+            out = _systemctl("stop", unit)
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            print(f"dflash-supervisor stop-servers: {unit}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        if out.returncode == 0:
             print(f"dflash-supervisor stop-servers: stopped {unit} (left running by the "
                   "daemon)")
-        except LaunchError as exc:
-            print(f"dflash-supervisor stop-servers: {exc}", file=sys.stderr)
+        else:
+            why = (out.stderr.strip() or "failed").splitlines()[0]
+            print(f"dflash-supervisor stop-servers: {unit}: {why}", file=sys.stderr)
             failed += 1
     return 1 if failed else 0
