@@ -10,7 +10,7 @@ from typing import Sequence
 from state.connection import StoreConnection, dumps
 from state.crash_points import crash_point
 from state.records import (DONE, FAILED, IN_FLIGHT, PENDING, STATUSES, ClaimedPrompt, Done,
-                           Failed, ImportRow, Outcome, Requeue, Retry, StatusCounts,
+                           Failed, ImportRow, InFlightClaim, Outcome, Requeue, Retry, StatusCounts,
                            TruncationCounts)
 from state.waste_table import Wasted, insert_waste
 
@@ -29,6 +29,8 @@ class ImportRefusal:
 class PromptsTable(StoreConnection):
     """Every prompt query; each status change keeps status_counts in step in the same transaction."""
 
+    _last_claim_stamp: float = 0.0     # claim() below: every claim's stamp is distinct
+
     def import_batch(self, rows: Sequence[ImportRow]) -> tuple[int, int]:
         """Insert new prompts as pending; ids already present are left alone.
         Returns (inserted, duplicates)."""
@@ -43,6 +45,14 @@ class PromptsTable(StoreConnection):
             conn.execute("UPDATE status_counts SET n = n + ? WHERE status = 'pending'",
                          (inserted,))
         return inserted, len(rows) - inserted
+
+    def in_flight_claims(self) -> list[InFlightClaim]:
+        """What is in flight now: read at start, before recover_in_flight, so the requests
+        a dead daemon left on servers that outlived it can be aborted there by their ids."""
+        rows = self._read("SELECT id, attempts, server, started_at FROM prompts "
+                          "WHERE status = 'in_flight' ORDER BY rowid")
+        return [InFlightClaim(r[0], r[1], r[2], r[3] if r[3] is not None else 0.0)
+                for r in rows]
 
     def recover_in_flight(self) -> int:
         """Every in-flight prompt back to pending (run at start: whoever had them is gone).
@@ -59,6 +69,10 @@ class PromptsTable(StoreConnection):
         schema.py's _V7 says why and indexes the order)."""
         if limit <= 0:
             return []
+        # Each claim's stamp is distinct, even under a clock that stands still: the stamp is
+        # part of the request id (ClaimedPrompt.claimed_at), and a prompt claimed again
+        # with the same attempt count must not reuse an id a server may still hold.
+        stamp = max(now, self._last_claim_stamp + 1e-6)
         with self._tx() as conn:
             rows = conn.execute(
                 "SELECT rowid, id, messages, attempts FROM prompts WHERE status = 'pending' "
@@ -67,10 +81,11 @@ class PromptsTable(StoreConnection):
                 return []
             conn.executemany(
                 "UPDATE prompts SET status = 'in_flight', server = ?, started_at = ? "
-                "WHERE rowid = ?", [(server, now, r[0]) for r in rows])
+                "WHERE rowid = ?", [(server, stamp, r[0]) for r in rows])
             self._move(conn, PENDING, IN_FLIGHT, len(rows))
             crash_point("claim.mid_tx")
-        return [ClaimedPrompt(r[1], json.loads(r[2]), r[3]) for r in rows]
+        self._last_claim_stamp = stamp
+        return [ClaimedPrompt(r[1], json.loads(r[2]), r[3], stamp) for r in rows]
 
     def record(self, outcomes: Sequence[Outcome | Wasted]) -> None:
         """Apply a batch of outcomes in one transaction (group commit). An outcome for a

@@ -86,6 +86,19 @@ class ClaimedPrompt:
     id: str
     messages: list[dict[str, Any]]
     attempts: int
+    # The claim's stamp, kept in the row's started_at while it is in flight: with the id and
+    # the attempt it makes the request id, so a later daemon can name (and abort) on the
+    # server what an earlier one had in flight when it died (InFlightClaim).
+    claimed_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class InFlightClaim:
+    """A prompt in flight when the daemon started: whoever sent it is gone."""
+    id: str
+    attempts: int
+    server: str | None
+    claimed_at: float
 
 
 @dataclass(frozen=True)

@@ -14,3 +14,7 @@ class Setting(StrEnum):
     OUTPUT_LOCATION = "output_location"      # where the shards go (verify and rebuild read it)
     JOB_PARTITION = "job_partition"          # "I/N", or "" for a single-node job
     PROMPTS_SHA256 = "prompts_sha256"        # SHA-256 of the prompt file's bytes
+    # A random token made once per job, in every server's environment (DFLASH_JOB_TOKEN):
+    # part of the proof a later daemon asks before it adopts a running server
+    # (supervisor/servers/adoption.py).
+    JOB_TOKEN = "job_token"

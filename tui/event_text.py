@@ -76,6 +76,13 @@ def describe(event: Event) -> str:
                 f"{d.get('stall_s', '?')} s after {d.get('tokens', '?')} tokens; retried")
     if k == EventKind.ORPHAN_STOPPED:
         return f"{event.subject}: stopped a server left by an earlier daemon"
+    if k == EventKind.SERVER_ADOPTED:
+        return (f"{event.subject}: adopted pid {d.get('pid', '?')}, up "
+                f"{duration(d.get('up_s'), '?')}, left by an earlier daemon"
+                + (f"; {d['aborted']} answers it left in flight aborted" if d.get("aborted")
+                   else "") + ("; flags differ: rolling restart" if d.get("roll") else ""))
+    if k == EventKind.ADOPTION_REFUSED:
+        return f"{event.subject}: not adopting pid {d.get('pid', '?')}: {d.get('why', '')}"
     rest = json.dumps(d, ensure_ascii=False, separators=(", ", ": ")) if d else ""
     return f"{k} {event.subject} {rest}".rstrip()
 
@@ -127,3 +134,4 @@ def _examples(d: dict[str, Any]) -> str:
     n = d.get("count")
     more = " …" if isinstance(n, int) and n > len(ids) else ""
     return f", e.g. {', '.join(ids)}{more}" if ids else ""
+

@@ -34,6 +34,8 @@ class EventKind(StrEnum):
     SERVER_OVERCOMMIT = "server_overcommit"      # SGLang queues or retracts what we send
     INFLIGHT_LIMIT = "inflight_limit"            # the saturation guard moved a server's limit
     ORPHAN_STOPPED = "orphan_stopped"            # a server an earlier daemon left running
+    SERVER_ADOPTED = "server_adopted"            # one it left running, proven ours: serving on
+    ADOPTION_REFUSED = "adoption_refused"        # a recorded pid not proven ours: left alone
     # shards and uploads
     SHARD_MISMATCH = "shard_mismatch"            # a shard file not what the DB says: rewrite
     UPLOAD_CORRUPT = "upload_corrupt"

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import logging
-import random
 import time
 from typing import Any, Callable
 
@@ -38,6 +37,7 @@ from supervisor.dispatch.loop_detector import is_loop
 from supervisor.dispatch.outcome import outcome_of
 from supervisor.dispatch.pauses import Pauses
 from supervisor.dispatch.recorder import Recorder
+from supervisor.dispatch.request_ids import request_id
 from supervisor.dispatch.serving import Serving
 from supervisor.dispatch.stall_watch import StallWindow
 from supervisor.dispatch.stream_answer import StreamAnswer
@@ -51,16 +51,6 @@ log = logging.getLogger("supervisor.dispatch")
 GONE_GRACE_S = 3.0
 # Writes one event (kind, subject, detail, actor); folded per server where it floods.
 EventSink = Callable[[str, str, dict[str, Any], str], None]
-
-
-def request_id(prompt: ClaimedPrompt) -> str:
-    """The request id a streamed attempt runs under: the prompt id and the attempt number,
-    so the server's log lines match ours, and a random tail. SGLang aborts every request
-    whose id *starts with* the one named (`sglang/srt/managers/scheduler.py` abort_request),
-    so no id may be a prefix of another: the fixed-length random tail sees to that. Not a
-    secret, only distinct: Python's generator, not a system call per request (os.urandom was
-    4% of the daemon's time per streamed request, benchmarks/bench_dispatch.py)."""
-    return f"{prompt.id}#{prompt.attempts + 1}#{random.getrandbits(48):012x}"
 
 
 def _with_waste(outcome: Outcome, answer: Answer, server: str,

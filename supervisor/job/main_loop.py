@@ -39,6 +39,7 @@ from supervisor.job.end_policy import end_reason
 from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.graceful_stop import GracefulStop
 from state.job_lock import JobLock, JobLocked
+from state.records import InFlightClaim
 from supervisor.job.reload import reload_job
 from supervisor.job.status import JobStatus
 from supervisor.job.status_builder import StatusBuilder
@@ -105,6 +106,7 @@ class Job:
         self._stop_requested = anyio.Event()
         self.reload_lock = anyio.Lock()
         self.task_group: anyio.abc.TaskGroup | None = None   # where a reload's roll runs
+        self._left_in_flight: list[InFlightClaim] = []
         # How often "every server FAILED" is logged again while it lasts.
         self.all_failed_warn_s = 60.0
 
@@ -129,7 +131,12 @@ class Job:
     def _open_store(self) -> Store:
         return open_job_store(self.config, before_open=self._prepare_node_state,
                               after_open=self._node_state_opened,
-                              check_output=self._check_output)
+                              check_output=self._check_output,
+                              left_in_flight=self._keep_left_in_flight)
+
+    def _keep_left_in_flight(self, claims: list[InFlightClaim]) -> None:
+        # For the fleet: a server adopted from the dead daemon gets these aborted by id.
+        self._left_in_flight = claims
 
     def _check_output(self, store: Store) -> None:
         try:
@@ -227,6 +234,7 @@ class Job:
         async with dispatcher.running():
             fleet = self.fleet = status.fleet = Fleet(self.live, astore, dispatcher,
                                                       self.fleet_options)
+            fleet.left_in_flight = self._left_in_flight
             await astore.call(Store.add_event, EventKind.JOB_STARTED, "job",
                               {"pid": os.getpid(), "servers": len(fleet.servers),
                                "already_finished": already_finished},
@@ -341,7 +349,7 @@ class Job:
         keep, why = await anyio.to_thread.run_sync(keep_servers_on_sigterm)
         log.warning("%s", why)
         if keep:
-            fleet.keep_running_at_exit()
+            fleet.keep_servers_on_exit = True
 
     def request_stop(self, why: str) -> None:
         """The first request drains gracefully; the next one cuts the grace short."""

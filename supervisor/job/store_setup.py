@@ -7,6 +7,7 @@ import logging
 import time
 from typing import Callable
 
+from state.records import InFlightClaim
 from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import JobConfig
@@ -58,7 +59,9 @@ def import_prompts(store: Store, config: JobConfig) -> None:
 
 def open_job_store(config: JobConfig, *, before_open: Callable[[], None] | None = None,
                    after_open: Callable[[Store], None] | None = None,
-                   check_output: Callable[[Store], None] | None = None) -> Store:
+                   check_output: Callable[[Store], None] | None = None,
+                   left_in_flight: Callable[[list[InFlightClaim]], None] | None = None,
+                   ) -> Store:
     """The store, ready to run on: checked (quick_check), nothing in flight, the output
     checked against it, the prompts imported. `before_open`/`after_open` run just before the
     DB file is opened and once it is open (a node's state backups: a restore, then the shards
@@ -81,6 +84,10 @@ def open_job_store(config: JobConfig, *, before_open: Callable[[], None] | None 
     except StateDBError as exc:
         raise JobError(f"job.state: {exc}") from None
     try:
+        if left_in_flight is not None:
+            # Before they are pending again: which requests the last daemon left on its
+            # servers (a server adopted by this one gets them aborted by id).
+            left_in_flight(store.in_flight_claims())
         recovered = store.recover_in_flight()
         if recovered:
             log.info("%d prompts were in flight when the last daemon stopped: pending again",

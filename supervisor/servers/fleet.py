@@ -1,8 +1,10 @@
 """The fleet: every server of the job, started together, restarted one at a time.
 
-`Fleet.run()` first stops servers a previous daemon left behind, then runs one
+`Fleet.run()` first looks at the servers a previous daemon left running: it adopts those
+proven to be this job's (adoption.py) and stops the rest of its own leftovers, then runs one
 ManagedServer task per GPU (or tensor-parallel group) until cancelled; cancelling it stops
-every process group and waits for them. Operator actions (restart, retune, reset) are
+every process group and waits for them (unless `keep_servers_on_exit` is set: then they
+are left running for the next daemon to adopt). Operator actions (restart, retune, reset) are
 methods; a rolling restart waits for each server to be READY again before touching the next,
 so throughput never drops to zero. One roll at a time, whoever asks (the control socket, a
 config reload): a second is refused at once (`RollBusy`), never queued behind the first.
@@ -12,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import random
+import secrets
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -21,12 +24,15 @@ import anyio
 import httpx
 
 from state.async_store import AsyncStore
+from state.records import InFlightClaim
+from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import ConfigError, JobConfig
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.flag_check import require_accepted_retune
-from supervisor.servers.launch_command import build_specs
+from supervisor.servers.adoption import Action, judge
+from supervisor.servers.launch_command import build_specs, server_devices
 from supervisor.servers.launcher import Launcher, choose_launcher
 from supervisor.servers.managed_server import Dispatching, FleetContext, ManagedServer
 from supervisor.servers.orphans import stop_orphan
@@ -93,6 +99,13 @@ class Fleet:
         self.dispatcher = dispatcher
         self.options = options or FleetOptions()
         o = self.options
+        # The hook for "keep the servers when the daemon stops" (a systemd restart of the
+        # daemon's unit, decided where the stop is known): set before the fleet is
+        # cancelled, it leaves every running server for the next daemon to adopt.
+        self.keep_servers_on_exit = False
+        # The prompts an earlier daemon had in flight when it died (the job's store setup
+        # reads them before requeueing them): an adopted server gets them aborted by id.
+        self.left_in_flight: list[InFlightClaim] = []
         self._changed = anyio.Event()
         self._roll_ticket: RollTicket | None = None
         specs = build_specs(config.servers)
@@ -110,7 +123,7 @@ class Fleet:
             proc_limiter=anyio.CapacityLimiter(2 * len(specs) + 2), launcher=launcher,
             base_env=None if o.base_env is None else dict(o.base_env), cwd=o.cwd,
             exit_poll_s=o.exit_poll_s, startup_probe_s=o.startup_probe_s,
-            kill_wait_s=o.kill_wait_s)
+            kill_wait_s=o.kill_wait_s, keep_on_exit=lambda: self.keep_servers_on_exit)
         rng = o.rng or random.Random()
         log_dir = config.path(config.servers.log_dir)
         self.servers: dict[str, ManagedServer] = {}
@@ -138,21 +151,107 @@ class Fleet:
         async with httpx.AsyncClient(trust_env=False) as client:
             self._ctx.client = client
             try:
+                self._ctx.job_token = await self._job_token()
+                to_roll: list[str] = []
                 if self.options.cleanup_orphans:
-                    await self.stop_orphans()
+                    to_roll = await self.adopt_or_stop()
                 async with anyio.create_task_group() as tg:
                     for server in self.servers.values():
                         tg.start_soon(server.run, name=f"server {server.name}")
+                    if to_roll:
+                        tg.start_soon(self._roll_adopted, to_roll, name="roll adopted servers")
             finally:
                 with anyio.CancelScope(shield=True):
                     for server in self.servers.values():
                         await anyio.to_thread.run_sync(server.log.close)
 
-    def keep_running_at_exit(self) -> None:
-        """Leave the servers running when the fleet ends (the daemon is being restarted):
-        only servers outside the daemon's cgroup survive its exit, so only the systemd
-        launcher's (the caller checks)."""
-        self._ctx.keep_running = True
+    async def _job_token(self) -> str:
+        """This job's token, made the first time a fleet runs on its state DB."""
+        token = await self._store_call(Store.get_setting, Setting.JOB_TOKEN)
+        if not token:
+            token = secrets.token_hex(16)
+            await self._store_call(Store.set_setting, Setting.JOB_TOKEN, token)
+        return token
+
+    async def adopt_or_stop(self) -> list[str]:
+        """Every server an earlier daemon recorded: adopted when proven this job's and as the
+        config wants it (adoption.py), stopped when it is a leftover of ours, left alone when
+        it is not proven ours. Returns the adopted servers whose flags differ from the
+        config's, for a rolling restart once they serve."""
+        records = await self._store_call(Store.server_processes)
+        grace = self.config.servers.stop_grace_s
+        env = self._ctx.base_env
+        to_roll: list[str] = []
+
+        async def one(record: Any) -> None:
+            server = self.servers.get(record.name)
+            spec = server.spec if server is not None else None
+            devices = server_devices(spec, env) if spec is not None else ""
+            verdict = await anyio.to_thread.run_sync(
+                judge, record, spec, devices, self._ctx.job_token, self.launcher,
+                limiter=self._ctx.proc_limiter)
+            line = verdict.line(record)
+            if verdict.action in (Action.ADOPT, Action.ROLL):
+                assert server is not None and verdict.proc is not None
+                log.info("%s", line)
+                left = [c for c in self.left_in_flight if c.server == record.name]
+                server.adopt(verdict.proc, left, roll=verdict.action is Action.ROLL)
+                if verdict.action is Action.ROLL:
+                    to_roll.append(record.name)
+                return
+            if verdict.action is Action.FOREIGN:
+                log.warning("%s", line)
+                await self._store_call(
+                    Store.add_event, EventKind.ADOPTION_REFUSED, record.name,
+                    {"pid": record.pid, "argv": list(record.argv), "why": verdict.why},
+                    "supervisor", self.options.clock())
+                # Not ours: never touched, and its record is no use to the next daemon.
+                await self._store_call(Store.forget_server_process, record.name)
+                return
+            if verdict.action is Action.STOP:
+                assert verdict.proc is not None
+                log.warning("%s", line)
+                result = await anyio.to_thread.run_sync(
+                    self.launcher.stop, verdict.proc, grace, self.options.kill_wait_s,
+                    limiter=self._ctx.proc_limiter)
+                await self._store_call(
+                    Store.add_event, EventKind.ORPHAN_STOPPED, record.name,
+                    {"pgid": verdict.proc.pgid, "pids": [verdict.proc.pid],
+                     "why": verdict.why, "result": result, "argv": list(record.argv)},
+                    "supervisor", self.options.clock())
+                await self._store_call(Store.forget_server_process, record.name)
+                return
+            await self._stop_orphan(record, grace)
+
+        async with anyio.create_task_group() as tg:
+            for record in records:
+                tg.start_soon(one, record)
+        return sorted(to_roll)
+
+    async def _roll_adopted(self, names: list[str]) -> None:
+        """Adopted servers whose flags differ from the config's are replaced one at a time,
+        once every server has finished starting (so the roll never takes a slot from one
+        that is still loading). Waits for another roll (an operator's) to finish first."""
+        targets = [self.servers[n] for n in names]
+        limit = self.config.servers.startup_timeout_s + 60.0
+        with anyio.move_on_after(limit):
+            while any(s.state is ServerState.STARTING for s in self.servers.values()):
+                await self.wait_changed()
+        while True:
+            targets = [s for s in targets if s.adopted_roll_pending]
+            if not targets:
+                return
+            try:
+                ticket = self.reserve_roll("rolling restart of adopted servers")
+            except RollBusy:
+                await anyio.sleep(5.0)
+                continue
+            with self._holding(ticket, "rolling restart of adopted servers"):
+                log.info("rolling restart of %s: adopted with flags that differ from the "
+                         "config's", ", ".join(s.name for s in targets))
+                await self._roll(targets, "supervisor",
+                                 "adopted with flags that differ from the config's")
+            return
 
     async def stop_orphans(self) -> list[str]:
         """Stop the process groups a previous daemon recorded and did not clean up."""
@@ -161,24 +260,30 @@ class Fleet:
         grace = self.config.servers.stop_grace_s
 
         async def one(record: Any) -> None:
-            verdict, result = await anyio.to_thread.run_sync(
-                stop_orphan, record, grace, limiter=self._ctx.proc_limiter)
-            if verdict.pids:
+            if await self._stop_orphan(record, grace):
                 stopped.append(record.name)
-                await self._store_call(
-                    Store.add_event, EventKind.ORPHAN_STOPPED, record.name,
-                    {"pgid": verdict.pgid, "pids": list(verdict.pids), "why": verdict.why,
-                     "result": result, "argv": list(record.argv)},
-                    "supervisor", self.options.clock())
-            else:
-                log.info("%s: recorded process group %d: %s", record.name, record.pgid,
-                         verdict.why)
-            await self._store_call(Store.forget_server_process, record.name)
 
         async with anyio.create_task_group() as tg:
             for record in records:
                 tg.start_soon(one, record)
         return sorted(stopped)
+
+    async def _stop_orphan(self, record: Any, grace: float) -> bool:
+        """Stop what is left of one recorded process group (orphans.py judges what is
+        ours); True when something was stopped."""
+        verdict, result = await anyio.to_thread.run_sync(
+            stop_orphan, record, grace, limiter=self._ctx.proc_limiter)
+        if verdict.pids:
+            await self._store_call(
+                Store.add_event, EventKind.ORPHAN_STOPPED, record.name,
+                {"pgid": verdict.pgid, "pids": list(verdict.pids), "why": verdict.why,
+                 "result": result, "argv": list(record.argv)},
+                "supervisor", self.options.clock())
+        else:
+            log.info("%s: recorded process group %d: %s", record.name, record.pgid,
+                     verdict.why)
+        await self._store_call(Store.forget_server_process, record.name)
+        return bool(verdict.pids)
 
     # -- what others see --------------------------------------------------------------------
 

@@ -23,10 +23,14 @@ from typing import Any, Callable, Protocol
 import anyio
 import httpx
 
+from state.records import InFlightClaim
 from state.store import Store
+from supervisor.client.text import duration
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
+from supervisor.dispatch.request_ids import request_id
+from supervisor.servers.adoption import TOKEN_ENV
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
                                                  describe_returncode)
@@ -84,9 +88,18 @@ class FleetContext:
     exit_poll_s: float = 0.2
     startup_probe_s: float = 1.0
     kill_wait_s: float = 10.0
-    # Set when the daemon exits for a restart (systemd's restart job): servers in units of
-    # their own are left running, and recorded, for the next daemon to adopt.
-    keep_running: bool = False
+    # This job's token, in every server's environment (adoption.py: a later daemon's proof).
+    job_token: str = ""
+    # Read as the fleet is cancelled: True leaves the servers running for the next daemon.
+    keep_on_exit: Callable[[], bool] = lambda: False
+
+
+@dataclass(frozen=True)
+class _Adoption:
+    """A server an earlier daemon left running, proven ours (adoption.py), to serve on."""
+    proc: ServerProcess
+    left_in_flight: list[InFlightClaim]
+    roll: bool                  # its flags differ from the config's: a roll replaces it
 
 
 class _Ready:
@@ -118,6 +131,9 @@ class ManagedServer:
         self._argv: tuple[str, ...] | None = None
         self._starts = 0
         self._start_reason, self._start_actor = "supervisor started", "supervisor"
+        self._adoption: _Adoption | None = None
+        # Adopted with flags that differ from the config's, and not restarted since.
+        self.adopted_roll_pending = False
         self._request: Request | None = None
         self._poke = anyio.Event()
         self._changed = anyio.Event()
@@ -272,15 +288,28 @@ class ManagedServer:
             with anyio.CancelScope(shield=True):
                 await self._final_stop()
 
+    def adopt(self, proc: ServerProcess, left_in_flight: list[InFlightClaim],
+              roll: bool = False) -> None:
+        """Take over a running server instead of launching one at the first start (the
+        fleet calls this before run())."""
+        self._adoption = _Adoption(proc, left_in_flight, roll)
+        self.adopted_roll_pending = roll
+
     async def _life(self) -> None:
         self._starts += 1
         if self._starts > 1:
             self.restarts += 1
         self._life_progress = None
         spec = self.spec
+        adoption, self._adoption = self._adoption, None
+        if adoption is not None:
+            await self._adopted_life(adoption, spec)
+            return
+        self.adopted_roll_pending = False
         await self._transition(S.STARTING, self._start_reason, self._start_actor,
                                argv=list(spec.argv), gpus=list(spec.gpus))
         env = build_env(spec, self.ctx.base_env)
+        env[TOKEN_ENV] = self.ctx.job_token
         holder = await self._port_taken(spec)
         if holder is not None:
             self.last_exit = classify(Trigger.SPAWN_FAILED, None, (), holder.describe())
@@ -305,6 +334,60 @@ class ManagedServer:
         if isinstance(outcome, _Ready):
             outcome = await self._serve(proc, spec)
         await self._end(proc, outcome)
+
+    async def _adopted_life(self, adoption: _Adoption, spec: ServerSpec) -> None:
+        """A life that began under an earlier daemon: no launch, no model load. Its log is
+        followed from where it is, the answers the dead daemon left in flight on it are
+        aborted (they were requeued at start, no attempt counted: nobody reads them), and
+        one health check makes it READY."""
+        proc = adoption.proc
+        up_s = max(0.0, self.ctx.clock() - proc.started_at)
+        said = f"adopted pid {proc.pid}, up {duration(up_s)}"
+        await anyio.to_thread.run_sync(self.log.skip_to_end, True,
+                                       limiter=self.ctx.proc_limiter)
+        proc.log_mark = self.log.line_count
+        self.log.follow()
+        self._proc, self._argv = proc, proc.argv
+        await self._transition(S.STARTING, f"{said}, left running by an earlier daemon",
+                               argv=list(proc.argv), gpus=list(spec.gpus), pid=proc.pid,
+                               adopted=True)
+        aborted = await self._abort_left(spec, adoption.left_in_flight)
+        await self._add_event(EventKind.SERVER_ADOPTED, {
+            "pid": proc.pid, "up_s": round(up_s, 1), "argv": list(proc.argv),
+            "roll": adoption.roll, "left_in_flight": len(adoption.left_in_flight),
+            "aborted": aborted})
+        outcome = await self._await_ready(proc, spec)
+        if isinstance(outcome, _Ready):
+            outcome = await self._serve(proc, spec, f"{said}: /health_generate answered 200")
+        await self._end(proc, outcome)
+
+    async def _abort_left(self, spec: ServerSpec, left: list[InFlightClaim]) -> int:
+        """POST /abort_request for each request the dead daemon had in flight here (SGLang
+        0.5.23 `srt/entrypoints/http_server.py` abort_request; an id it does not hold is
+        ignored). How many the server was told of; one log line for them all."""
+        if not left:
+            return 0
+        told = 0
+        limiter = anyio.CapacityLimiter(16)
+
+        async def one(claim: InFlightClaim) -> None:
+            nonlocal told
+            async with limiter:
+                try:
+                    r = await self.ctx.client.post(f"{spec.base_url}/abort_request",
+                                                   json={"rid": request_id(claim)},
+                                                   timeout=10.0)
+                except httpx.HTTPError:
+                    return
+                if r.status_code == 200:
+                    told += 1
+
+        async with anyio.create_task_group() as tg:
+            for claim in left:
+                tg.start_soon(one, claim)
+        log.info("%s: aborted %d of the %d answers the earlier daemon left in flight here "
+                 "(requeued at start, no attempt counted)", self.name, told, len(left))
+        return told
 
     async def _await_ready(self, proc: ServerProcess, spec: ServerSpec) -> _Ready | Request | Failure:
         s = self.servers
@@ -356,7 +439,8 @@ class ManagedServer:
         with anyio.move_on_after(timeout_s):
             await self._poke.wait()
 
-    async def _serve(self, proc: ServerProcess, spec: ServerSpec) -> Request | Failure:
+    async def _serve(self, proc: ServerProcess, spec: ServerSpec,
+                     ready_reason: str = "/health_generate answered 200") -> Request | Failure:
         # The live max tokens (a `ctl max-tokens` changes it): SGLang's own estimate of its
         # slots, without a max-running-requests flag, is bounded by its KV pool at that size.
         slots = await server_slots(self.name, self.ctx.client, spec.base_url, self.servers,
@@ -373,7 +457,8 @@ class ManagedServer:
         decision = Decision()
         rule = HangRule(anyio.current_time())
         self._life_progress = rule.life
-        self.progress_reader.new_life(spec.argv)
+        # The process's own argv: an adopted server may run other flags than the config's.
+        self.progress_reader.new_life(proc.argv)
 
         async def serve() -> None:
             try:
@@ -386,7 +471,7 @@ class ManagedServer:
         # rolling restart waiting for this server) finds the limit the server now serves at.
         self.endpoint = endpoint
         try:
-            await self._transition(S.READY, "/health_generate answered 200", pid=proc.pid,
+            await self._transition(S.READY, ready_reason, pid=proc.pid,
                                    max_running=endpoint.max_running, slots_from=slots.source,
                                    **({"slots_why": slots.why} if slots.why else {}))
             async with anyio.create_task_group() as tg:
@@ -402,7 +487,7 @@ class ManagedServer:
                                          lambda: self.servers, decision, rule)
                         watch.start_soon(watch_requests, self._wait_request, decision)
                         watch.start_soon(self.sglang.watch, self.ctx.client, spec.base_url,
-                                         spec.argv, self.servers.health_interval_s,
+                                         proc.argv, self.servers.health_interval_s,
                                          self._in_flight)
                 outcome = decision.outcome
                 assert outcome is not None
@@ -498,9 +583,9 @@ class ManagedServer:
 
     async def _final_stop(self) -> None:
         proc = self._proc
-        if proc is not None and self.ctx.keep_running and not await has_exited(proc):
-            # Its record stays in the state DB: the next daemon's proof of adoption.
-            log.info("%s: left running for the next daemon to adopt (pid %d)", self.name,
+        if proc is not None and self.ctx.keep_on_exit():
+            # Left for the next daemon: its record stays, so that daemon can prove it ours.
+            log.info("%s: left running (pid %d) for the next daemon to adopt", self.name,
                      proc.pid)
             return
         if proc is not None:
