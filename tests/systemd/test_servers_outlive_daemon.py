@@ -231,31 +231,39 @@ def test_restart_and_crash_keep_the_servers_loaded(box: Box, job: Job) -> None:
 @pytest.mark.skipif(not adoption_merged(), reason="needs adoption (supervisor/servers/"
                                                    "adoption.py, branch adopt)")
 def test_a_foreign_process_on_a_servers_port_is_not_adopted(box: Box, job: Job) -> None:
+    # systemd waits 30 s before restarting a killed daemon: time to swap gpu0 meanwhile.
+    box.write("/etc/systemd/system/dflash-supervisor.service.d/slow-restart.conf",
+              "[Service]\nRestartSec=30\n")
+    box.sh("systemctl", "daemon-reload")
     box.sh("systemctl", "start", UNIT)
     box.wait(lambda: job.done() >= 10, "10 prompts done", timeout_s=LOAD_S * 3)
-    port = int(box.show("dflash-sglang@gpu0", "MainPID")["MainPID"] and
-               job_port(box, "gpu0"))
-    # The daemon dies and stays down (stopped while systemd waits to restart it): its
-    # servers keep running, the state DB still records them.
+    port = job_port(box, "gpu0")
+    # The daemon dies; its servers run on, the state DB records them.
     box.sh("systemctl", "kill", "--signal=SIGKILL", UNIT)
-    box.sh("systemctl", "stop", UNIT)
-    # gpu0 is replaced by a foreign program on its port: a simulator of another user.
+    box.wait(lambda: box.show(UNIT, "SubState")["SubState"] == "auto-restart",
+             "systemd to wait before restarting the daemon")
+    gpu1 = job.server_pids()["gpu1"]
+    # gpu0 is replaced by another program on its port, of the same user (so the daemon can
+    # see it, and must still not take it): a simulator serving another model.
     box.sh("systemctl", "stop", "dflash-sglang@gpu0")
-    box.sh("systemd-run", "--unit=foreign-sglang", "--uid=nobody",
+    box.sh("systemd-run", "--unit=foreign-sglang", "--uid=dflash",
            f"--setenv=PYTHONPATH={REPO}", sys.executable, "-m", "supervisor.sim",
            "--model-path", "other/model", "--port", str(port), "--sim-startup-s", "0")
     box.wait(lambda: box.sh("curl", "-sf", f"http://127.0.0.1:{port}/health_generate",
                             check=False).returncode == 0, "the foreign server to answer")
     foreign = box.show("foreign-sglang", "MainPID")["MainPID"]
-    gpu1 = job.server_pids()["gpu1"]
     box.sh("systemctl", "start", UNIT)
     box.wait(lambda: "gpu0" in failed_servers(job), "gpu0 FAILED", timeout_s=60)
-    lines = [line for line in job.journal().splitlines()
-             if f"pid {foreign}" in line and "gpu0" in line]
-    assert len(lines) >= 1, job.journal()[-3000:]
+    lines = [line for line in job.journal().splitlines() if f"pid {foreign}" in line]
+    assert len(lines) == 1 and "gpu0" in lines[0], lines
+    print(f"\nthe line: {lines[0]}")
     assert box.show("foreign-sglang", "MainPID")["MainPID"] == foreign   # left alone
     assert job.server_pids()["gpu1"] == gpu1                             # adopted
+    assert f"gpu1: adopting pid {gpu1}" in job.journal()
+    done = job.done()
+    box.wait(lambda: job.done() > done + 10, "the job to go on with gpu1")
     box.sh("systemctl", "stop", UNIT, timeout=240)
+    assert box.show("foreign-sglang", "MainPID")["MainPID"] == foreign
     box.sh("systemctl", "stop", "foreign-sglang")
 
 
