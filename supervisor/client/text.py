@@ -149,7 +149,9 @@ def report(s: c.Status, source: str) -> str:
         out.append(f"         {srv.name:<9} {srv.state.value:<9} {srv.in_flight:>4}/{limit_text(srv):<4} "
                    f"{srv.req_per_s:>6.1f}  {srv.restarts:>8}  {duration(srv.uptime_s):>7}  "
                    f"{srv.last_exit_reason or ''}")
-        if srv.state in (c.ServerState.FAILED, c.ServerState.BACKOFF):
+        if srv.state in (c.ServerState.FAILED, c.ServerState.BACKOFF) \
+                or srv.state_reason.startswith("adopted pid"):
+            # An adopted server's life says so while it lasts: "adopted pid 4242, up 3h12m".
             out.append(f"           {srv.state_reason}")
         if srv.sglang_metrics:
             out.append(f"           {sglang_line(srv)}")

@@ -20,7 +20,7 @@ from supervisor.config import ConfigError, JobConfig
 from supervisor.demo.config import (DEMO_TIME_SCALE, DEMO_TOKENS_PER_S, demo_config,
                                     write_config_file)
 from supervisor.demo.progress import REDRAW, ProgressPrinter
-from supervisor.demo.free_ports import free_base_port
+from supervisor.demo.free_ports import free_base_port, reusable_base_port
 
 log = logging.getLogger("supervisor.demo")
 
@@ -93,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         cfg = demo_config(directory, servers=args.servers, prompts_file=prompts_file,
                           output=args.output or "shards", max_tokens=args.max_tokens,
                           sim_flags=sim_flags, endpoint_url=args.endpoint_url,
-                          base_port=free_base_port(args.servers))
+                          base_port=_base_port(directory / "demo.toml", args.servers))
     except ConfigError as exc:
         print(f"dflash-supervisor demo: {exc}", file=sys.stderr)
         return 2
@@ -120,6 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             printer.end()
     _summary(result, cfg, time.monotonic() - started)
     return 0 if result.finished else 3
+
+
+def _base_port(previous: Path, servers: int) -> int:
+    """The earlier run's ports where they can be taken again, so a demo daemon that was
+    killed is followed by one that finds (and adopts) the servers it left; else new ones."""
+    return reusable_base_port(previous, servers) or free_base_port(servers)
 
 
 def _log_to_file(path: Path) -> None:

@@ -28,6 +28,7 @@ touched: one log line names its pid, its command and the proof that failed. Bloc
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Sequence
@@ -75,6 +76,17 @@ def _short(argv: Sequence[str]) -> str:
     return text if len(text) <= 200 else text[:197] + "..."
 
 
+def _cmdline(p: psutil.Process) -> list[str]:
+    """Its command line. Empty for a moment right after an exec (the kernel sets the new
+    argument pages last), so an empty one is read again, briefly, before it counts."""
+    for _ in range(20):
+        cmdline = p.cmdline()
+        if cmdline:
+            return cmdline
+        time.sleep(0.05)
+    return []
+
+
 def head_length(spec_argv: Sequence[str]) -> int:
     """How much of a server's argv is the server itself (command, model, host, port, TP
     size), before the pass-through flags (launch_command.build_argv lays it out so)."""
@@ -97,7 +109,7 @@ def judge(record: ServerRecord, spec: ServerSpec | None, devices: str, token: st
         return AdoptionVerdict(name, Action.ORPHAN, "its recorded process is gone")
     try:
         p = psutil.Process(proc.pid)
-        cmdline = p.cmdline()
+        cmdline = _cmdline(p)
     except psutil.Error as exc:
         return AdoptionVerdict(name, Action.ORPHAN, f"it vanished while checked ({exc})")
     if cmdline != list(record.argv):

@@ -234,8 +234,9 @@ class Fleet:
         that is still loading). Waits for another roll (an operator's) to finish first."""
         targets = [self.servers[n] for n in names]
         limit = self.config.servers.startup_timeout_s + 60.0
+        settled = (ServerState.READY, ServerState.BACKOFF, ServerState.FAILED)
         with anyio.move_on_after(limit):
-            while any(s.state is ServerState.STARTING for s in self.servers.values()):
+            while not all(s.state in settled for s in self.servers.values()):
                 await self.wait_changed()
         while True:
             targets = [s for s in targets if s.adopted_roll_pending]

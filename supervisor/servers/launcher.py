@@ -28,6 +28,7 @@ template unit is installed, else process).
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,9 +80,22 @@ def template_installed(dirs: tuple[str, ...] = _UNIT_DIRS) -> bool:
     return any(Path(d, SYSTEMD_TEMPLATE).exists() for d in dirs)
 
 
-# Launchers other than "process" register here (the systemd one does, from its module), so
-# this module does not import what it does not need.
+# Launchers other than "process" register here from their own module, which is imported
+# only when the config may want it: `FACTORIES["systemd"] = SystemdLauncher` at the end of
+# supervisor/servers/systemd_launcher.py.
 FACTORIES: dict[str, Callable[[], Launcher]] = {}
+_MODULES = {"systemd": "supervisor.servers.systemd_launcher"}
+
+
+def _factory(kind: str) -> Callable[[], Launcher] | None:
+    module = _MODULES.get(kind)
+    if kind not in FACTORIES and module is not None:
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as exc:
+            if exc.name != module:
+                raise           # the launcher's own module is there but broken: say so
+    return FACTORIES.get(kind)
 
 
 def choose_launcher(setting: str, env: Mapping[str, str] | None = None) -> Launcher:
@@ -94,11 +108,11 @@ def choose_launcher(setting: str, env: Mapping[str, str] | None = None) -> Launc
     env = os.environ if env is None else env
     kind = setting
     if setting == "auto":
-        kind = ("systemd" if "systemd" in FACTORIES and under_systemd(env)
-                and template_installed() else "process")
+        kind = ("systemd" if under_systemd(env) and template_installed()
+                and _factory("systemd") is not None else "process")
     if kind == "process":
         return ProcessLauncher()
-    factory = FACTORIES.get(kind)
+    factory = _factory(kind)
     if factory is None:
         raise ValueError(f"servers.launcher = {setting!r}: no {kind} launcher in this build "
                          f"(have: process{''.join(', ' + k for k in FACTORIES)})")

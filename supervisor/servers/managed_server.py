@@ -29,7 +29,6 @@ from supervisor.client.text import duration
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
-from supervisor.dispatch.request_ids import request_id
 from supervisor.servers.adoption import TOKEN_ENV
 from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
@@ -42,6 +41,7 @@ from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env
 from supervisor.servers.port_owner import (PortHolder, foreign_listener, port_holder,
                                            served_by_group)
 from supervisor.servers.launcher import LaunchRequest, Launcher
+from supervisor.servers.left_in_flight import abort_left
 from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
@@ -50,8 +50,7 @@ from supervisor.servers.server_state import ServerSnapshot, ServerState, check_t
 from supervisor.servers.progress_reading import ProgressReader, ServerProgressView
 from supervisor.servers.sglang_monitor import SglangMonitor
 from supervisor.servers.watchers import (Decision, Failure, Request, has_exited, watch_exit,
-                                         watch_health,
-                                         watch_progress, watch_requests)
+                                         watch_health, watch_progress, watch_requests)
 
 log = logging.getLogger("supervisor.servers")
 
@@ -351,7 +350,8 @@ class ManagedServer:
         await self._transition(S.STARTING, f"{said}, left running by an earlier daemon",
                                argv=list(proc.argv), gpus=list(spec.gpus), pid=proc.pid,
                                adopted=True)
-        aborted = await self._abort_left(spec, adoption.left_in_flight)
+        aborted = await abort_left(self.name, self.ctx.client, spec.base_url,
+                                   adoption.left_in_flight)
         await self._add_event(EventKind.SERVER_ADOPTED, {
             "pid": proc.pid, "up_s": round(up_s, 1), "argv": list(proc.argv),
             "roll": adoption.roll, "left_in_flight": len(adoption.left_in_flight),
@@ -360,34 +360,6 @@ class ManagedServer:
         if isinstance(outcome, _Ready):
             outcome = await self._serve(proc, spec, f"{said}: /health_generate answered 200")
         await self._end(proc, outcome)
-
-    async def _abort_left(self, spec: ServerSpec, left: list[InFlightClaim]) -> int:
-        """POST /abort_request for each request the dead daemon had in flight here (SGLang
-        0.5.23 `srt/entrypoints/http_server.py` abort_request; an id it does not hold is
-        ignored). How many the server was told of; one log line for them all."""
-        if not left:
-            return 0
-        told = 0
-        limiter = anyio.CapacityLimiter(16)
-
-        async def one(claim: InFlightClaim) -> None:
-            nonlocal told
-            async with limiter:
-                try:
-                    r = await self.ctx.client.post(f"{spec.base_url}/abort_request",
-                                                   json={"rid": request_id(claim)},
-                                                   timeout=10.0)
-                except httpx.HTTPError:
-                    return
-                if r.status_code == 200:
-                    told += 1
-
-        async with anyio.create_task_group() as tg:
-            for claim in left:
-                tg.start_soon(one, claim)
-        log.info("%s: aborted %d of the %d answers the earlier daemon left in flight here "
-                 "(requeued at start, no attempt counted)", self.name, told, len(left))
-        return told
 
     async def _await_ready(self, proc: ServerProcess, spec: ServerSpec) -> _Ready | Request | Failure:
         s = self.servers

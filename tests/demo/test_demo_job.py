@@ -73,7 +73,7 @@ def test_demo_writes_every_prompt_once_and_a_rerun_redoes_nothing(tmp_path):
     assert query(d, "select sum(attempts) from prompts") == attempts
 
 
-def test_sigkilled_daemon_resumes_exactly_and_stops_the_servers_it_left(tmp_path):
+def test_sigkilled_daemon_resumes_exactly_adopting_the_servers_it_left(tmp_path):
     d = tmp_path / "demo"
     # 1,200 prompts: the kill comes once the first shard of 500 is written, at most ~170
     # completions a second at this time scale, so hundreds are still to do when it lands.
@@ -106,9 +106,15 @@ def test_sigkilled_daemon_resumes_exactly_and_stops_the_servers_it_left(tmp_path
     again = demo(d, "--prompts", "1200", "--instant")
     assert again.returncode == 0, again.stdout + again.stderr
     assert sorted(shard_ids(d)) == expected_ids(1200)
-    assert not [pid for pid in left if alive(pid)], "orphaned servers were not stopped"
+    # The resume took the same ports and adopted the servers the killed daemon left (its
+    # --instant differs from their flags: a rolling restart replaced them), and stopped
+    # every server at its end.
+    assert not [pid for pid in left if alive(pid)], "the servers it left were not stopped"
     kinds = {k for (k,) in query(d, "select kind from events")}
-    assert {"orphan_stopped", "recovered_in_flight"} <= kinds
+    assert {"server_adopted", "recovered_in_flight"} <= kinds
+    adopted = [json.loads(x)["pid"] for (x,) in query(
+        d, "select detail from events where kind = 'server_adopted'")]
+    assert sorted(adopted) == sorted(left)
     # Prompts that were done before the kill were not redone.
     assert query(d, "select max(attempts) from prompts")[0][0] == 1
 
