@@ -102,8 +102,6 @@ def choose_launcher(setting: str, env: Mapping[str, str] | None = None) -> Launc
     """The launcher `servers.launcher` names. "auto" takes systemd only where it can work
     (a service, with the template installed, and the systemd launcher available)."""
     from supervisor.servers.process_launcher import ProcessLauncher
-    # Registers "systemd" in FACTORIES (imported here, not at the top: see FACTORIES).
-    from supervisor.servers import systemd_launcher  # noqa: F401
 
     env = os.environ if env is None else env
     kind = setting
