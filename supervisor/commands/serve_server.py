@@ -21,6 +21,7 @@ import sys
 from pathlib import Path
 from typing import Sequence
 
+from supervisor.servers.exit_classifier import OOM_KILL_LINE
 from supervisor.servers.unit_spec import (SpecError, UnitExit, UnitSpec, exit_path, read_spec,
                                           write_exit)
 
@@ -46,6 +47,19 @@ def _redirect_output(log_path: str) -> None:
     os.close(fd)
 
 
+def _note_oom_kill(spec_file: Path) -> None:
+    """The kernel's OOM killer ended a process of the unit (systemd's Result=oom-kill): one
+    line in the server's log, where the exit classifier reads a death's cause (a SIGKILL
+    alone only says "the OOM killer is the usual suspect")."""
+    try:
+        spec = read_spec(spec_file)
+        if spec.log_path:
+            with open(spec.log_path, "a") as f:
+                f.write(f"{OOM_KILL_LINE} (systemd: {spec.name}'s unit Result=oom-kill)\n")
+    except (SpecError, OSError):
+        pass  # the exit record above says it too
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="dflash-supervisor serve-server",
                                 description="Exec one SGLang server from the spec file the "
@@ -56,9 +70,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = p.parse_args(list(sys.argv[1:] if argv is None else argv))
     if args.record_exit:
         env = os.environ
-        write_exit(exit_path(args.spec), UnitExit(
-            env.get("INVOCATION_ID", ""), env.get("SERVICE_RESULT", ""),
-            env.get("EXIT_CODE", ""), env.get("EXIT_STATUS", "")))
+        unit_exit = UnitExit(env.get("INVOCATION_ID", ""), env.get("SERVICE_RESULT", ""),
+                             env.get("EXIT_CODE", ""), env.get("EXIT_STATUS", ""))
+        write_exit(exit_path(args.spec), unit_exit)
+        if unit_exit.result == "oom-kill":
+            _note_oom_kill(args.spec)
         return 0
     try:
         spec = read_spec(args.spec)

@@ -99,3 +99,22 @@ def test_a_command_that_cannot_run_says_so_in_the_log(tmp_path: Path) -> None:
 def test_spec_round_trip(tmp_path: Path) -> None:
     spec = UnitSpec("gpu2-3", ("python", "-m", "sglang.launch_server"), {"A": "b"}, "/l", None)
     assert read_spec(write_spec(tmp_path, spec)) == spec
+
+
+def test_an_oom_kill_seen_by_systemd_makes_the_death_an_oom(tmp_path: Path) -> None:
+    from supervisor.servers.exit_classifier import ExitKind, Trigger, classify
+
+    log = tmp_path / "gpu0.log"
+    log.write_text("[TP0] decode batch ...\n")
+    spec = write_spec(tmp_path, UnitSpec("gpu0", ("true",), {}, str(log)))
+    env = {"INVOCATION_ID": "abc", "SERVICE_RESULT": "oom-kill", "EXIT_CODE": "killed",
+           "EXIT_STATUS": "KILL", "PYTHONPATH": str(Path.cwd())}
+    assert _serve(spec, env, "--record-exit").returncode == 0
+    lines = log.read_text().splitlines()
+    assert len(lines) == 2 and "Result=oom-kill" in lines[1]
+    reason = classify(Trigger.EXITED, -9, lines, "")
+    assert reason.kind is ExitKind.OOM and "OOM killer" in reason.evidence
+    # Any other end leaves the log as it was.
+    env["SERVICE_RESULT"] = "signal"
+    _serve(spec, env, "--record-exit")
+    assert log.read_text().splitlines() == lines
