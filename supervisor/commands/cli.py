@@ -14,6 +14,8 @@ install of boto3 or NVML does not stop them).
     verify  --state DB           one job's output checked against its DB (exit 1 on a mismatch)
     requeue --failed --state DB  failed prompts back to pending (audited)
     rebuild-state --config PATH  a lost state DB rebuilt from the output and the prompts
+    serve-server --spec PATH     exec one server from its spec file (the server units run it)
+    stop-servers [--if-stopping UNIT]  stop every server unit (the daemon unit's ExecStopPost)
 """
 
 from __future__ import annotations
@@ -40,6 +42,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
                "its state DB)"),
     "requeue": ("supervisor.commands.requeue", "send failed prompts back to pending (audited)"),
     "rebuild-state": ("supervisor.shards.rebuild_state", "rebuild a lost state DB from the output"),
+    "serve-server": ("supervisor.commands.serve_server",
+                     "exec one server from its spec file (what dflash-sglang@.service runs)"),
+    "stop-servers": ("supervisor.commands.stop_servers",
+                     "stop every dflash-sglang@ server unit (the daemon unit's ExecStopPost)"),
 }
 # What a command whose reader went away (`... | head -1`) exits with: 128 + SIGPIPE, what a
 # tool killed by SIGPIPE reports (the shell's pipefail reads it the same way).

@@ -46,6 +46,7 @@ from supervisor.job.status_builder import StatusBuilder
 from supervisor.job.store_setup import JobError, open_job_store
 from supervisor.job.systemd_report import SystemdReport
 from supervisor.job.notify import Notifier
+from supervisor.job.unit_job import keep_servers_on_sigterm
 from supervisor.servers.fleet import Fleet, FleetOptions
 from supervisor.servers.launcher import choose_launcher
 from supervisor.shards import ShardLoop, ShardWriter, shard_key_for, spool_dir
@@ -348,7 +349,21 @@ class Job:
                     if self.task_group is not None:
                         self.task_group.start_soon(self.reload, "systemd", name="reload")
                 else:
+                    if signum == signal.SIGTERM and self._stop is None:
+                        await self._servers_outlive_this_stop()
                     self.request_stop(signal.Signals(signum).name)
+
+    async def _servers_outlive_this_stop(self) -> None:
+        """On SIGTERM, with the servers in systemd units of their own: a restart of the
+        daemon's unit leaves them running for the next daemon; a stop stops them
+        (job/unit_job.py says how the two are told apart)."""
+        fleet = self.fleet
+        if fleet is None or fleet.launcher.kind != "systemd":
+            return
+        keep, why = await anyio.to_thread.run_sync(keep_servers_on_sigterm)
+        log.warning("%s", why)
+        if keep:
+            fleet.keep_servers_on_exit = True
 
     def request_stop(self, why: str) -> None:
         """The first request drains gracefully; the next one cuts the grace short."""

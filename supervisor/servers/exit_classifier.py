@@ -69,7 +69,11 @@ OOM_MARKERS = (
     "Prefill out of memory",
     "Decode out of memory",
     "OutOfMemoryError",  # torch.OutOfMemoryError / torch.cuda.OutOfMemoryError
+    "Killed by the kernel's OOM killer",  # OOM_KILL_LINE: a server unit's, from systemd
 )
+# What a server unit's ExecStopPost writes into the server's log when systemd saw the
+# kernel's OOM killer end one of its processes (commands/serve_server.py).
+OOM_KILL_LINE = "Killed by the kernel's OOM killer"
 
 # Retraction: SGLang freeing KV cache by sending requests back to its queue. It says "out of
 # memory" in older releases, but the server goes on serving; it never makes a death an OOM.

@@ -80,9 +80,19 @@ def install(box: Box, base_port: int) -> None:
     box.sh("install", "-d", "-o", "dflash", "-g", "dflash", "-m", "0750", STATE)
     write_demo_prompts(box.root / STATE.lstrip("/") / "prompts.jsonl", PROMPTS)
     box.sh("chown", "dflash:dflash", f"{STATE}/prompts.jsonl")
-    box.sh("/opt/dflash-supervisor/bin/dflash-supervisor", "check", "--config",
+    box.sh("env", f"PYTHONPATH={REPO}", "/opt/dflash-supervisor/bin/dflash-supervisor", "check",
+           "--config",
            "/etc/dflash-supervisor/job.toml")
-    dropin = "[Service]\n# Small timings for the test.\nRestartSec=1\n"
+    dropin = "[Service]\n# Small timings for the test.\nRestartSec=1\n" + code_dropin()
+    box.write("/etc/systemd/system/dflash-supervisor.service.d/test.conf", dropin)
+    box.sh("systemctl", "daemon-reload")
+
+
+def code_dropin() -> str:
+    """What a unit needs to run this checkout's code from this venv."""
+    # The venv's editable install may point at another checkout (a git worktree's venv is
+    # the main one's): this checkout's code comes first on the path.
+    dropin = f"Environment=PYTHONPATH={REPO}\n"
     prefix = Path(sys.base_prefix)
     if prefix.is_relative_to("/root") or prefix.is_relative_to("/home"):
         # README: a Python under a home directory needs this drop-in (ProtectHome hides it).
@@ -92,8 +102,7 @@ def install(box: Box, base_port: int) -> None:
             # A checkout (or its venv) under /tmp, as a CI clone may be: PrivateTmp= gives the
             # service an empty /tmp, so the code is bound in from the host's.
             dropin += f"BindReadOnlyPaths={path}\n"
-    box.write("/etc/systemd/system/dflash-supervisor.service.d/test.conf", dropin)
-    box.sh("systemctl", "daemon-reload")
+    return dropin
 
 
 @pytest.fixture

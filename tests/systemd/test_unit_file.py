@@ -11,25 +11,33 @@ import pytest
 
 SYSTEMD_DIR = Path(__file__).resolve().parents[2] / "systemd"
 UNIT = SYSTEMD_DIR / "dflash-supervisor.service"
+TEMPLATE = SYSTEMD_DIR / "dflash-sglang@.service"
+POLKIT_RULE = SYSTEMD_DIR / "50-dflash-supervisor.rules"
 SYSUSERS = SYSTEMD_DIR / "dflash-supervisor.sysusers"
 # The README's figure; the test fails if a change makes the unit more exposed than this.
 MAX_EXPOSURE = "2.5"
 
 
-def _service() -> configparser.SectionProxy:
+def _section(path: Path, name: str) -> configparser.SectionProxy:
     parser = configparser.ConfigParser(strict=False, interpolation=None)
     parser.optionxform = str  # keys are case-sensitive in systemd
-    parser.read_string(UNIT.read_text())
-    return parser["Service"]
+    parser.read_string(path.read_text())
+    return parser[name]
 
 
-def _unit_for_this_checkout(tmp_path: Path) -> Path:
+def _service() -> configparser.SectionProxy:
+    return _section(UNIT, "Service")
+
+
+def _unit_for_this_checkout(tmp_path: Path, source: Path = UNIT,
+                            name: str = "dflash-supervisor.service") -> Path:
     # verify insists that ExecStart's binary exists: point it at this environment's script.
     script = Path(sys.executable).parent / "dflash-supervisor"
     if not script.exists():
         pytest.skip(f"{script} not installed (pip install -e .)")
-    text = UNIT.read_text().replace("/opt/dflash-supervisor/bin/dflash-supervisor", str(script))
-    unit = tmp_path / "dflash-supervisor.service"
+    text = source.read_text().replace("/opt/dflash-supervisor/bin/dflash-supervisor",
+                                      str(script))
+    unit = tmp_path / name
     unit.write_text(text)
     return unit
 
@@ -111,3 +119,65 @@ def test_sysusers_creates_the_service_user_in_the_gpu_groups(tmp_path):
     assert user[5] == "/var/lib/dflash-supervisor"    # home = the StateDirectory (caches)
     for gpu_group in ("video", "render"):
         assert "dflash" in groups[gpu_group][3].split(","), gpu_group
+
+
+# -- the server template (dflash-sglang@.service) and its polkit rule ----------------------------
+
+# Keys that say what the unit is, not how it is confined: they differ between the two units.
+_OWN_KEYS = {"Type", "NotifyAccess", "ExecStart", "ExecStopPost", "ExecReload", "KillMode",
+             "TimeoutStopSec", "OOMPolicy", "WatchdogSec", "Restart", "RestartSec",
+             "RestartPreventExitStatus", "RuntimeDirectory", "RuntimeDirectoryMode",
+             "ConfigurationDirectory"}
+
+
+def test_template_runs_serve_server_outside_the_daemons_life():
+    s = _section(TEMPLATE, "Service")
+    spec = "%S/dflash-supervisor/servers/%i.json"
+    assert s["ExecStart"] == f"/opt/dflash-supervisor/bin/dflash-supervisor serve-server --spec {spec}"
+    assert s["ExecStopPost"].endswith(f"serve-server --spec {spec} --record-exit")
+    assert s["Restart"] == "no"                      # the daemon restarts, with backoff
+    assert s["KillMode"] == "control-group"          # SGLang's schedulers die with it
+    # A server unit stopping must not remove the daemon's runtime directory (its socket).
+    assert "RuntimeDirectory" not in s
+    unit = _section(TEMPLATE, "Unit")
+    # Propagated on a daemon crash too (systemd 252): every model would reload (README).
+    for key in ("StopPropagatedFrom", "PartOf", "BindsTo", "Requires"):
+        assert key not in unit, key
+
+
+def test_template_is_hardened_as_the_daemons_unit():
+    daemon, server = _service(), _section(TEMPLATE, "Service")
+    shared = {k: v for k, v in daemon.items() if k not in _OWN_KEYS}
+    assert {k: server.get(k) for k in shared} == shared
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_systemd_analyze_verify_accepts_the_template(tmp_path):
+    # An instance file: verify resolves %i and %S as for dflash-sglang@gpu0.service.
+    unit = _unit_for_this_checkout(tmp_path, TEMPLATE, "dflash-sglang@gpu0.service")
+    out = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    mine = [line for line in out.stderr.splitlines() if "dflash-sglang@" in line]
+    assert not mine, mine
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
+def test_template_exposure_no_worse_than_the_daemons(tmp_path):
+    unit = _unit_for_this_checkout(tmp_path, TEMPLATE, "dflash-sglang@gpu0.service")
+    out = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager",
+                          f"--threshold={int(float(MAX_EXPOSURE) * 10)}", unit.name],
+                         capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    if "Unknown command verb" in out.stderr or "unrecognized option" in out.stderr:
+        pytest.skip("this systemd-analyze has no offline security check")
+    assert out.returncode == 0, out.stdout[-400:] or out.stderr
+
+
+def test_polkit_rule_allows_only_the_server_units():
+    rule = POLKIT_RULE.read_text()
+    assert 'action.id !== "org.freedesktop.systemd1.manage-units"' in rule
+    assert 'subject.user !== "dflash"' in rule
+    assert r"/^dflash-sglang@[A-Za-z0-9_.-]+\.service$/" in rule
+    assert '["start", "stop", "restart", "kill"]' in rule
+    # The template's user is the one the rule names.
+    assert _section(TEMPLATE, "Service")["User"] == "dflash" == _service()["User"]

@@ -1,0 +1,189 @@
+"""Servers as systemd units (`dflash-sglang@NAME.service`), so they outlive the daemon.
+
+Under systemd a child process lives in the daemon's cgroup and dies with it (KillMode=mixed
+SIGKILLs what is left after a stop or a crash). A unit of its own keeps the model loaded while
+the daemon restarts. The daemon's user starts, stops and kills only these units, through
+`systemctl` over D-Bus, which polkit allows (systemd/50-dflash-supervisor.rules); the argv and
+environment reach the unit through a spec file (unit_spec.py) and `serve-server` execs them,
+so the unit's MainPID is the server itself.
+
+What it reads from systemd: MainPID (the server's pid, a session and process group leader:
+systemd calls setsid for every service) and InvocationID (which start a life is). How a server
+ended comes from the file its unit's ExecStopPost writes (unit_spec.py: systemd unloads a unit
+that ended cleanly at once, ExecMainStatus with it), as a Popen returncode: the exit code,
+or minus the signal. Liveness is read from /proc (pid and create time), cheap enough for the
+exit watcher's poll; systemctl is asked only at start and stop. Every call here blocks: async code
+calls it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Mapping
+
+import psutil
+
+from state.records import ServerProcess as ServerRecord
+from supervisor.servers.launcher import FACTORIES, LaunchRequest, template_installed
+from supervisor.servers.process_group import ServerProcess, leader_alive
+from supervisor.servers.systemctl import LaunchError, show, systemctl
+from supervisor.servers.unit_spec import (UnitSpec, exit_path, read_exit, spec_path,
+                                          write_spec)
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATE_DIR = Path("/var/lib/dflash-supervisor")
+# How long a launch waits for the unit's previous stop to finish.
+STOPPING_WAIT_S = 30.0
+
+
+def unit_name(server: str) -> str:
+    return f"dflash-sglang@{server}.service"
+
+
+def state_dir(env: Mapping[str, str]) -> Path:
+    """The daemon unit's StateDirectory (the template reads its specs from there)."""
+    value = env.get("STATE_DIRECTORY", "")
+    return Path(value.split(":")[0]) if value else DEFAULT_STATE_DIR
+
+
+@dataclass
+class UnitProcess(ServerProcess):
+    """A server running as its unit's main process (not the daemon's child)."""
+
+    invocation: str = ""             # the unit's InvocationID: which start this life is
+    exit_file: Path | None = None    # where the unit's ExecStopPost records how it ended
+    result: str | None = None        # systemd's Result once it ended (success, oom-kill ...)
+    _exit_code: int | None = field(default=None, repr=False)
+
+    @property
+    def exited(self) -> bool:
+        return self.result is not None or not leader_alive(self.pid, self.started_at)
+
+    @property
+    def returncode(self) -> int | None:
+        """None while it runs, and until the unit's ExecStopPost has recorded how it ended;
+        then the exit code, or minus the signal, as Popen says it."""
+        if self.result is None and self.exit_file is not None and not leader_alive(
+                self.pid, self.started_at):
+            record = read_exit(self.exit_file)
+            if record is not None and record.invocation == self.invocation:
+                self.result, self._exit_code = record.result, record.returncode
+        return self._exit_code
+
+
+class SystemdLauncher:
+    """Starts each server as `dflash-sglang@NAME.service`; stops it through systemd
+    (launcher.py says what a launcher does)."""
+
+    kind = "systemd"
+
+    def __init__(self, spec_dir: Path, poll_s: float = 0.2) -> None:
+        self.spec_dir = spec_dir
+        self.poll_s = poll_s
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> SystemdLauncher:
+        return cls(state_dir(env) / "servers")
+
+    def launch(self, request: LaunchRequest) -> ServerProcess:
+        """Writes the spec and starts the unit; returns once the server is exec'd (Type=exec).
+        Raises LaunchError (an OSError) when systemd refuses or the command cannot run."""
+        unit = unit_name(request.name)
+        state = show(unit, "ActiveState")["ActiveState"]
+        if state == "deactivating":
+            # A stop still finishing (its ExecStopPost, or a server stopped by signal a
+            # moment ago): a fresh start waits for it rather than failing a life.
+            self._wait_inactive(unit, STOPPING_WAIT_S)
+            state = show(unit, "ActiveState")["ActiveState"]
+        if state in ("active", "activating", "reloading", "deactivating"):
+            # Not ours to reuse without proof (adoption decides that): a fresh life only.
+            raise LaunchError(f"{unit} is already {state}; not starting a second server")
+        log_sink = request.log
+        log_sink.skip_to_end()
+        mark = log_sink.line_count
+        log_sink.write_header(f"{request.header} ({unit})")
+        write_spec(self.spec_dir, UnitSpec(request.name, tuple(request.argv), dict(request.env),
+                                           os.fspath(log_sink.path), request.cwd))
+        systemctl("start", unit)
+        s = show(unit, "MainPID", "ActiveState", "Result", "InvocationID")
+        pid = int(s.get("MainPID", "0") or 0)
+        log_sink.follow()
+        if pid == 0:
+            raise LaunchError(f"{unit}: not running after start (state {s.get('ActiveState')}, "
+                              f"result {s.get('Result')}; see its log or journalctl -u {unit})")
+        try:
+            started_at = psutil.Process(pid).create_time()
+        except psutil.Error:
+            started_at = time.time()  # it already died; returncode says how
+        return UnitProcess(pid, pid, tuple(request.argv), started_at, mark, unit=unit,
+                           invocation=s.get("InvocationID", ""),
+                           exit_file=self._exit_file(request.name))
+
+    def _exit_file(self, name: str) -> Path:
+        return exit_path(spec_path(self.spec_dir, name))
+
+    def find(self, record: ServerRecord) -> ServerProcess | None:
+        """The recorded server, if it is still its unit's running main process (the pid and
+        its create time both match); adoption then asks for the rest of the proof."""
+        unit = unit_name(record.name)
+        s = show(unit, "MainPID", "ActiveState", "InvocationID")
+        if s.get("ActiveState") != "active" or int(s.get("MainPID", "0") or 0) != record.pid:
+            return None
+        if not leader_alive(record.pid, record.started_at):
+            return None
+        return UnitProcess(record.pid, record.pid, tuple(record.argv), record.started_at,
+                           adopted=True, unit=unit, invocation=s.get("InvocationID", ""),
+                           exit_file=self._exit_file(record.name))
+
+    def stop(self, proc: ServerProcess, grace_s: float, kill_wait_s: float = 10.0) -> str:
+        """SIGTERM to the unit's whole cgroup, SIGKILL after grace_s. Returns "gone",
+        "terminated", "killed" or "stuck", as process_group.stop_group does."""
+        unit = proc.unit or unit_name("?")
+        if self._inactive(unit):
+            return "gone"
+        proc.stopped_by_us = True
+        # --no-block: the grace is ours (servers.stop_grace_s), not the unit's TimeoutStopSec.
+        systemctl("stop", "--no-block", unit)
+        if self._wait_inactive(unit, grace_s):
+            return "terminated"
+        log.warning("%s did not stop within %g s; sending SIGKILL to its cgroup", unit, grace_s)
+        systemctl("kill", "--signal=SIGKILL", unit, check=False)
+        if self._wait_inactive(unit, kill_wait_s):
+            return "killed"
+        log.error("%s survived SIGKILL (state %s)", unit, show(unit, "ActiveState"))
+        return "stuck"
+
+    def _inactive(self, unit: str) -> bool:
+        # Inactive comes after ExecStopPost: the exit record is written by then.
+        return show(unit, "ActiveState")["ActiveState"] in ("inactive", "failed")
+
+    def _wait_inactive(self, unit: str, timeout_s: float) -> bool:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self._inactive(unit):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(self.poll_s)
+
+
+def _factory() -> SystemdLauncher:
+    """For launcher.choose_launcher ("auto" picks it only under systemd with the template
+    installed). `servers.launcher = "systemd"` where it cannot work is refused at start, one
+    line, rather than failing every server's start until each is FAILED."""
+    if shutil.which("systemctl") is None:
+        raise ValueError('servers.launcher = "systemd": no systemctl on this machine')
+    if not template_installed():
+        raise ValueError('servers.launcher = "systemd": systemd has no dflash-sglang@.service '
+                         "(install systemd/dflash-sglang@.service and "
+                         "50-dflash-supervisor.rules: README, \"Install on a node\")")
+    return SystemdLauncher.from_env(os.environ)
+
+
+FACTORIES["systemd"] = _factory
