@@ -94,11 +94,11 @@ def bare_child(args: argparse.Namespace) -> None:
                          ensure_ascii=False).encode() for i, line in enumerate(lines)]
     parse = args.parse_json
     next_i = 0
-    chunks = 0
+    chunks = reads = 0
     headers = {"content-type": "application/json"}
 
     async def worker(url: str) -> None:
-        nonlocal next_i, chunks
+        nonlocal next_i, chunks, reads
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0),
                                          trust_env=False) as client:
             while next_i < len(bodies):
@@ -108,6 +108,7 @@ def bare_child(args: argparse.Namespace) -> None:
                                        headers=headers) as r:
                     rest = b""
                     async for piece in r.content.iter_any():
+                        reads += 1
                         got = (rest + piece).split(b"\n")
                         rest = got.pop()
                         for line in got:
@@ -124,7 +125,8 @@ def bare_child(args: argparse.Namespace) -> None:
 
     t0, c0 = time.monotonic(), proc_cpu_s()
     anyio.run(run, backend_options={"use_uvloop": args.uvloop})
-    print(json.dumps({"answers": len(bodies), "chunks": chunks, "cpu_s": proc_cpu_s() - c0,
+    print(json.dumps({"answers": len(bodies), "chunks": chunks, "reads": reads,
+                      "cpu_s": proc_cpu_s() - c0,
                       "wall_s": time.monotonic() - t0}))
 
 
@@ -179,6 +181,9 @@ def daemon_round(args: argparse.Namespace, work: Path, paced: float | None,
     data["servers"]["flags"] = sim_flags(args.max_tokens, paced)
     data["generation"].update(max_tokens=args.max_tokens, enable_thinking=True)
     data["job"]["shard_size"] = 500
+    # The default health interval (the harness polls every 0.2 s for quick starts): each
+    # poll scrapes SGLang's /metrics too, a cost per second, not per chunk.
+    del data["servers"]["health_interval_s"]
     # Answers cut off at max tokens inside the thinking are what this measures with, not a
     # fault: the quality gate must not pause dispatch on them.
     data["quality"].update(max_bad_rate=1.0, max_thinking_truncated_rate=1.0)
@@ -228,8 +233,16 @@ def mode_round(args: argparse.Namespace, work: Path, paced: float | None) -> dic
     bare_n = args.bare_prompts if paced is None else 2 * waves
     d = daemon_round(args, work, paced, prompts)   # writes the prompts file the bare loops read
     prompts_file = work / "prompts.jsonl"
-    return {"bare": bare_round(args, prompts_file, False, paced, bare_n),
-            "bare+json": bare_round(args, prompts_file, True, paced, bare_n), "daemon": d}
+    got = {"bare": bare_round(args, prompts_file, False, paced, bare_n),
+           "bare+json": bare_round(args, prompts_file, True, paced, bare_n), "daemon": d}
+    if args.asyncio_loop_too:
+        os.environ["DFLASH_UVLOOP"] = "0"        # supervisor/job/event_loop.py
+        try:
+            got["daemon, asyncio loop"] = daemon_round(args, work.with_name(work.name + "a"),
+                                                       paced, prompts)
+        finally:
+            del os.environ["DFLASH_UVLOOP"]
+    return got
 
 
 def main() -> int:
@@ -248,6 +261,8 @@ def main() -> int:
     p.add_argument("--window", type=float, nargs=2, default=(0.2, 0.8),
                    help="the daemon's measured window, as shares of the job done")
     p.add_argument("--work", type=Path, default=None)
+    p.add_argument("--asyncio-loop-too", action="store_true",
+                   help="also the daemon on asyncio's own event loop (DFLASH_UVLOOP=0)")
     # The bare loop's own process (run by this script).
     p.add_argument("--bare-child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--urls", help=argparse.SUPPRESS)
@@ -284,6 +299,8 @@ def main() -> int:
             print(f"  {name:10s} {statistics.median(x['us_per_chunk'] for x in r):6.1f} us a "
                   f"chunk  {statistics.median(x['ms_per_answer'] for x in r):6.2f} ms an answer")
         for base_name in ("bare", "bare+json"):
+            if base_name not in by_name:
+                continue
             ratio = statistics.median(a["us_per_chunk"] / b["us_per_chunk"]
                                       for a, b in zip(d, by_name[base_name]))
             print(f"  daemon / {base_name}, per chunk (paired): {ratio:.2f}x")
