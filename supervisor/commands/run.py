@@ -75,6 +75,7 @@ def _run(args: argparse.Namespace) -> int:
         from supervisor.gpu.nvml_source import node_gpu_count
         from supervisor.job.event_loop import backend_options
         from supervisor.job.main_loop import Job
+        from supervisor.job.malloc_tuning import tune_malloc
         from supervisor.job.store_setup import JobError
         from supervisor.state_backup.node_state import BackupUnreachable
     except ImportError as exc:
@@ -95,6 +96,7 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if config.job.partition is not None:
         logging.getLogger("supervisor").info("this node runs partition %s", config.job.partition)
+    tune_malloc()               # before the job's threads start: see malloc_tuning.py
     job = Job(config, exit_when_paused=args.exit_when_paused,
               reload_config=functools.partial(load_config, args.config, workdir=args.workdir))
     try:

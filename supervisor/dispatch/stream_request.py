@@ -29,7 +29,7 @@ from supervisor.dispatch.completion import Answer, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_deadlines import StreamDeadline, StreamDeadlines, current_clock
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
-from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, stream_timeout,
+from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, request_timeout,
                                                wire_failure)
 
 log = logging.getLogger("supervisor.dispatch")
@@ -102,7 +102,7 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
             with d.scope:
                 async with client.post(base_url + "/v1/chat/completions", data=body,
                                        headers=JSON_HEADERS,
-                                       timeout=stream_timeout(timeout_s)) as resp:
+                                       timeout=request_timeout(timeout_s)) as resp:
                     if resp.status != 200 or not resp.headers.get(
                             "content-type", "").startswith("text/event-stream"):
                         # An error before the stream began (SGLang sends it as plain JSON),

@@ -49,15 +49,6 @@ def request_timeout(timeout_s: float) -> aiohttp.ClientTimeout:
     return aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=timeout_s)
 
 
-@lru_cache(maxsize=8)
-def stream_timeout(timeout_s: float) -> aiohttp.ClientTimeout:
-    """A streamed request's bound: on connecting only. No bound per read: the server's
-    stream sweeper (stream_deadlines.py) already aborts a stream silent for `stall_s` and
-    cuts it past its whole-request timeout, and aiohttp's per-read bound re-arms a timer on
-    every read, at a chunk per token a timer per token."""
-    return aiohttp.ClientTimeout(total=None, connect=timeout_s, sock_read=None)
-
-
 def wire_failure(exc: BaseException, timeout_s: float) -> tuple[Retryable | None, str | None]:
     """(answer, gone) for an exception in WIRE_ERRORS: a timeout or a reply that is not
     HTTP is an answer (a retry); a connection refused, reset or closed mid-answer is `gone`
