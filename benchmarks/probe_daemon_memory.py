@@ -94,6 +94,8 @@ def main() -> int:
     p.add_argument("--top", type=int, default=25)
     p.add_argument("--max-tokens", type=int, default=1024)
     p.add_argument("--thinking", action="store_true", help="thinking on, as the seed job")
+    p.add_argument("--stream-step", type=int, default=16,
+                   help="tokens per streamed delta (0: coalesced, the cheapest to serve)")
     p.add_argument("--no-trace", dest="trace", action="store_false",
                    help="anonymous RSS only, at full speed (no tracemalloc)")
     p.add_argument("--trace-from", type=int, default=None,
@@ -102,7 +104,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="memprobe-"))
     data = config_dict(work, prompts=args.prompts)
     data["servers"]["flags"] = {"max-running-requests": 32, "sim-instant": True,
-                                "sim-stream-step": 16, "context-length": 8192}
+                                "sim-stream-step": args.stream_step, "context-length": 8192}
     data["generation"]["max_tokens"] = args.max_tokens
     if args.thinking:           # the seed's shape: a trace, then the answer
         data["generation"]["enable_thinking"] = True

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 from state.connection import StoreConnection
 from state.crash_points import crash_point
@@ -16,6 +16,11 @@ _SHARD_COLUMNS = ("id, key, status, records, bytes, sha256, md5, etag, checksum,
 _LINE_COLUMNS = ("id, messages, content, reasoning_content, finish_reason, prompt_tokens, "
                  "completion_tokens, reasoning_tokens, max_tokens, model, server, attempts, "
                  "finished_at, loop")
+
+
+def _line(r: tuple) -> ShardLine:
+    return ShardLine(r[0], json.loads(r[1]), Completion(*r[2:8]), *r[8:13],
+                     loop=None if r[13] is None else bool(r[13]))
 
 
 class ShardsTable(StoreConnection):
@@ -76,8 +81,22 @@ class ShardsTable(StoreConnection):
         status: a prompt being regenerated keeps its previous line until the new one lands."""
         rows = self._read(f"SELECT {_LINE_COLUMNS} FROM prompts WHERE shard_id = ? "
                           "ORDER BY id", (shard_id,))
-        return [ShardLine(r[0], json.loads(r[1]), Completion(*r[2:8]), *r[8:13],
-                          loop=None if r[13] is None else bool(r[13])) for r in rows]
+        return [_line(r) for r in rows]
+
+    def shard_line_batches(self, shard_id: int, size: int) -> Iterator[list[ShardLine]]:
+        """`shard_lines` in batches of `size` lines, each its own read (by id, after the
+        last one read), so a whole shard's answers are never in memory at once. A prompt
+        regenerated between two reads bumps the shard's version: the writer's
+        `mark_shard_written(version=...)` then refuses the file, and it is written again."""
+        after = ""
+        while True:
+            rows = self._read(f"SELECT {_LINE_COLUMNS} FROM prompts WHERE shard_id = ? "
+                              "AND id > ? ORDER BY id LIMIT ?", (shard_id, after, size))
+            if rows:
+                yield [_line(r) for r in rows]
+            if len(rows) < size:
+                return
+            after = rows[-1][0]
 
     def mark_shard_written(self, shard_id: int, records: int, bytes: int, sha256: str,
                            md5: str, now: float, version: int | None = None) -> bool:

@@ -69,6 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     import anyio
 
     from supervisor.demo.prompts import write_demo_prompts
+    from supervisor.job.event_loop import backend_options
     from supervisor.job.main_loop import Job
     from supervisor.job.store_setup import JobError
 
@@ -109,7 +110,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     job = Job(cfg, exit_when_paused=True, on_status=printer)
     started = time.monotonic()
     try:
-        result = anyio.run(job.run)
+        result = anyio.run(job.run, backend_options=backend_options())
     except JobError as exc:
         print(f"dflash-supervisor demo: {exc}", file=sys.stderr)
         return 2

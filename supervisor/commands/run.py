@@ -73,7 +73,9 @@ def _run(args: argparse.Namespace) -> int:
     from supervisor.config import check_gpus_exist, load_config
     try:
         from supervisor.gpu.nvml_source import node_gpu_count
+        from supervisor.job.event_loop import backend_options
         from supervisor.job.main_loop import Job
+        from supervisor.job.malloc_tuning import tune_malloc
         from supervisor.job.store_setup import JobError
         from supervisor.state_backup.node_state import BackupUnreachable
     except ImportError as exc:
@@ -94,10 +96,11 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     if config.job.partition is not None:
         logging.getLogger("supervisor").info("this node runs partition %s", config.job.partition)
+    tune_malloc()               # before the job's threads start: see malloc_tuning.py
     job = Job(config, exit_when_paused=args.exit_when_paused,
               reload_config=functools.partial(load_config, args.config, workdir=args.workdir))
     try:
-        result = anyio.run(job.run)
+        result = anyio.run(job.run, backend_options=backend_options())
     except JobError as exc:
         print(f"dflash-supervisor: {exc}", file=sys.stderr)
         return EXIT_CONFIG

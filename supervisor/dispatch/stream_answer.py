@@ -16,6 +16,12 @@ _generate_chat_stream and _generate_stream_content, chunks built by
 - `data: [DONE]`.
 Errors before the stream begins are a plain JSON error response, as without streaming.
 
+Each chunk's JSON is parsed by orjson, from the bytes as read: at SGLang's default
+`--stream-interval 1` every generated token is a chunk, and the standard library's parser
+(its encoding sniff, decode and scan in Python-called steps) was the largest single share of
+the daemon's CPU per chunk (benchmarks/bench_stream_cpu.py). orjson's errors are ValueErrors
+too, invalid UTF-8 included, so a line it cannot read is still `nonsense`.
+
 The assembled answer goes through `completion.classify_answer`, the one place that decides
 done / retry / failed, so the breaker and the quality gate see what they would have seen
 without streaming. A streamed error chunk is judged as the HTTP error of its code.
@@ -23,14 +29,16 @@ without streaming. A streamed error chunk is judged as the HTTP error of its cod
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any
+
+import orjson
 
 from supervisor.dispatch.completion import Answer, Retryable, classify_answer, classify_response
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
+_loads = orjson.loads
 
 
 @dataclass
@@ -72,21 +80,21 @@ class StreamAnswer:
         """One line of the event stream (bytes as read: json reads UTF-8 itself, so only
         the text the answer keeps is ever decoded). Returns (reasoning, content) when the
         chunk carried generated text (a token arrived), else None."""
-        if isinstance(line, str):
-            line = line.encode()
+        if line.__class__ is not bytes:
+            line = line.encode() if isinstance(line, str) else bytes(line)
         if not line.startswith(_DATA):
             return None                  # blank separators, "event:" names, ": comments"
-        payload = line[len(_DATA):].strip()
+        payload = line[5:].strip()       # len(_DATA)
         if payload == _DONE:
             self.ended = True
             return None
         self.last_payload = payload
         try:
-            obj = json.loads(payload)
-        except ValueError:               # UnicodeDecodeError included
+            obj = _loads(payload)
+        except ValueError:               # invalid UTF-8 included
             self.nonsense = self.last_line
             return None
-        if not isinstance(obj, dict):
+        if obj.__class__ is not dict:
             self.nonsense = self.last_line
             return None
         err = obj.get("error")

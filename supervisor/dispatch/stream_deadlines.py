@@ -29,6 +29,7 @@ would see a client gone before the abort named the request.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -42,6 +43,16 @@ log = logging.getLogger("supervisor.dispatch")
 ABORT_DRAIN_S = 5.0      # after an abort, for the stream's end (a stuck server may never send
                          # it: then the stream is cut and the count is the last one seen)
 MAX_TICK_S = 1.0         # a stall is seen at most this late (or a quarter of stall_s)
+
+
+def current_clock() -> Callable[[], float]:
+    """The clock anyio.current_time() reads, as a function to call per token: on asyncio
+    the running loop's own `time` (what anyio returns, without its per-call lookup of the
+    running library); anyio's function on any other backend."""
+    try:
+        return asyncio.get_running_loop().time
+    except RuntimeError:
+        return anyio.current_time
 
 
 @dataclass(eq=False)

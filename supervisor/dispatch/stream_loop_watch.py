@@ -261,6 +261,7 @@ class StreamLoopWatch:
 
     def __init__(self) -> None:
         self._parts = {name: _Part(name) for name in PARTS}
+        self._reasoning, self._content = self._parts["reasoning"], self._parts["content"]
         self._tokens = 0                 # generated tokens read so far
         self._chars = 0                  # raw characters of both parts read so far
         self._counted = False            # the caller gives token counts
@@ -279,27 +280,34 @@ class StreamLoopWatch:
         estimated at CHARS_PER_TOKEN characters each."""
         if self.verdict is not None:
             return self.verdict
-        if generated_tokens is not None and (isinstance(generated_tokens, bool)
+        # Called per streamed chunk (a chunk per token at SGLang's default stream
+        # interval): plain class checks and the two parts by name, no loop or tuple.
+        if generated_tokens is not None and (generated_tokens.__class__ is bool
                                              or generated_tokens < 0):
             raise ValueError(f"generated_tokens must be an int >= 0, got {generated_tokens!r}")
-        for name, text in (("reasoning", reasoning), ("content", content)):
-            if not text:
-                continue
-            if not isinstance(text, str):
-                raise TypeError(f"{name} delta must be a string, got {type(text).__name__}")
-            verdict = self._parts[name].read(text, generated_tokens, self._chars)
-            self._chars += len(text)
-            if verdict is not None:
-                self.verdict = verdict
-                break
+        verdict = None
+        if reasoning:
+            if reasoning.__class__ is not str and not isinstance(reasoning, str):
+                raise TypeError(f"reasoning delta must be a string, got "
+                                f"{type(reasoning).__name__}")
+            verdict = self._reasoning.read(reasoning, generated_tokens, self._chars)
+            self._chars += len(reasoning)
+        if content and verdict is None:
+            if content.__class__ is not str and not isinstance(content, str):
+                raise TypeError(f"content delta must be a string, got "
+                                f"{type(content).__name__}")
+            verdict = self._content.read(content, generated_tokens, self._chars)
+            self._chars += len(content)
         if generated_tokens is not None:
             self._counted = True
-            self._tokens = max(self._tokens, generated_tokens)
+            if generated_tokens > self._tokens:
+                self._tokens = generated_tokens
         elif not self._counted:
             self._tokens = self._chars // CHARS_PER_TOKEN
-        if self.verdict is not None:
-            self._tokens = max(self._tokens, self.verdict.tokens)
-        return self.verdict
+        if verdict is not None:
+            self.verdict = verdict
+            self._tokens = max(self._tokens, verdict.tokens)
+        return verdict
 
     def kept_chars(self) -> int:
         """Characters held, both parts together: at most

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -28,7 +27,7 @@ import anyio
 
 from supervisor.dispatch.completion import Answer, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
-from supervisor.dispatch.stream_deadlines import StreamDeadline, StreamDeadlines
+from supervisor.dispatch.stream_deadlines import StreamDeadline, StreamDeadlines, current_clock
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
 from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, request_timeout,
                                                wire_failure)
@@ -73,22 +72,17 @@ def _json_str(text: str) -> bytes:
     return json.dumps(text, ensure_ascii=False).encode()
 
 
-async def _lines(resp: aiohttp.ClientResponse) -> AsyncIterator[bytes]:
-    """The stream's lines as bytes, split here from each read as it came. Not aiohttp's own
-    line iterator: it refuses a line longer than its buffer, and one coalesced SSE event can
-    carry a whole 32K-token answer. SSE ends a line with LF, CRLF or CR (the HTML spec's
-    event-stream grammar); SGLang sends LF. Decoding is left to json (bytes in)."""
-    rest = b""
-    async for chunk in resp.content.iter_any():
-        if rest:
-            chunk = rest + chunk
-        lines = chunk.splitlines()
-        # A read that ends inside a line keeps that part for the next one.
-        rest = b"" if chunk.endswith((b"\n", b"\r")) else lines.pop()
-        for line in lines:
-            yield line
+def split_lines(rest: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
+    """The whole lines of one read (after `rest`, the part line the last read ended in), and
+    the part line this one ends in. Not aiohttp's own line iterator: it refuses a line
+    longer than its buffer, and one coalesced SSE event can carry a whole 32K-token answer.
+    SSE ends a line with LF, CRLF or CR (the HTML spec's event-stream grammar); SGLang sends
+    LF. Decoding is left to the JSON parser (bytes in)."""
     if rest:
-        yield rest
+        chunk = rest + chunk
+    lines = chunk.splitlines()
+    # A read that ends inside a line keeps that part for the next one.
+    return lines, b"" if chunk.endswith((b"\n", b"\r")) else lines.pop()
 
 
 async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes, rid: str, *,
@@ -139,22 +133,40 @@ async def _watch(client: aiohttp.ClientSession, base_url: str, resp: aiohttp.Cli
     stream then ends as the server ends it (finish_reason abort and the usage: the exact
     tokens it cost), or is cut after LOOP_DRAIN_S."""
     sa = out.stream
-    async for line in _lines(resp):
-        got = sa.feed(line)
-        if got is None:
-            if sa.nonsense is not None:
-                break
-            continue                 # after an error chunk SGLang sends the usage, then
+    feed = sa.feed
+    # The event loop's own clock (anyio.current_time() is this, behind a lookup of the
+    # running library on every call: a token's cost at a chunk per token).
+    now = current_clock()
+    read = resp.content.readany
+    rest = b""
+    while True:
+        # A read per wake-up, its lines handled here: not an async generator of lines, whose
+        # every item is a resumption of its own (a chunk per token makes that per token).
+        chunk = await read()
+        if not chunk:
+            if not rest:
+                return
+            lines, rest = [rest], b""
+        else:
+            lines, rest = split_lines(rest, chunk)
+        for line in lines:
+            if not line:
+                continue             # the blank line that ends each event
+            got = feed(line)
+            if got is None:
+                if sa.nonsense is not None:
+                    return
+                continue             # after an error chunk SGLang sends the usage, then
                                      # [DONE]: read on, the connection stays reusable
-        if d.cut_at is not None:
-            continue                 # aborted: read on to the server's end of it
-        d.last_token = anyio.current_time()
-        if watch is not None and watch.feed(
-                got[0], got[1], generated_tokens=sa.running_tokens) is not None:
-            out.loop = watch.verdict
-            out.aborted = True
-            deadlines.drain(d, LOOP_DRAIN_S)
-            await abort_request(client, base_url, rid)
+            if d.cut_at is not None:
+                continue             # aborted: read on to the server's end of it
+            d.last_token = now()
+            if watch is not None and watch.feed(
+                    got[0], got[1], generated_tokens=sa.running_tokens) is not None:
+                out.loop = watch.verdict
+                out.aborted = True
+                deadlines.drain(d, LOOP_DRAIN_S)
+                await abort_request(client, base_url, rid)
 
 
 def _expired(out: Streamed, d: StreamDeadline, rid: str, stall_s: float,

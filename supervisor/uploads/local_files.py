@@ -5,6 +5,7 @@ S3 spool alike (the shard writer and the local sink both write through here)."""
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
 
 from state.crash_points import crash_point
@@ -45,12 +46,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """`path` ends up holding `data` completely, or keeps what it held before."""
+def write_atomically(path: Path, data: bytes | Iterable[bytes]) -> None:
+    """`path` ends up holding `data` (the bytes, or the pieces in order) completely, or keeps
+    what it held before."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + TMP_SUFFIX)
     with open(tmp, "wb") as f:
-        f.write(data)
+        if isinstance(data, (bytes, bytearray, memoryview)):
+            f.write(data)
+        else:
+            for piece in data:
+                f.write(piece)
         f.flush()
         os.fsync(f.fileno())
     crash_point("shard.before_rename")

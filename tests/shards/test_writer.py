@@ -7,6 +7,7 @@ import json
 
 from state.records import Completion, Done
 from state.store import Store
+from supervisor.shards import writer as writer_module
 from supervisor.shards.writer import ShardWriter, shard_bytes
 
 from tests.fixtures.state_db import done, key_for, rows
@@ -120,3 +121,62 @@ def test_a_regenerated_prompt_rewrites_its_shard_for_reupload(tmp_path):
     changed = [l for l in lines if l["id"] == ids[4]][0]
     assert changed["messages"][-1]["content"] == "complete now"
     assert (changed["attempt"], changed["max_tokens"], changed["finish_reason"]) == (2, 100, "stop")
+
+
+def test_a_shard_is_written_a_few_lines_at_a_time_with_the_same_bytes(tmp_path):
+    """Rows are read LINES_PER_READ at a time (memory: never a whole shard's answers), and
+    the file, its size and digests are those of the whole shard's lines at once."""
+    out = tmp_path / "out"
+    per_read = writer_module.LINES_PER_READ
+    sizes = [2 * per_read, 2 * per_read + 23]      # an exact multiple, and a partial last read
+    with Store.open(tmp_path / "job.db") as store:
+        store.import_batch(rows(sum(sizes)))
+        _finish(store, sizes[0])
+        assert ShardWriter(store, out, sizes[0], key_for).sync() == [1]
+        _finish(store, sizes[1], t0=200.0)
+        assert ShardWriter(store, out, sizes[1], key_for).sync() == [2]
+        for shard, size in zip(store.shards(), sizes):
+            data = (out / shard.key).read_bytes()
+            assert data == shard_bytes(store.shard_lines(shard.id))
+            assert (shard.records, shard.bytes) == (size, len(data))
+            assert shard.sha256 == hashlib.sha256(data).hexdigest()
+            assert shard.md5 == hashlib.md5(data).hexdigest()
+
+
+def test_a_line_regenerated_between_two_reads_gets_its_shard_written_again(tmp_path):
+    """The file is read in batches: a result that lands after the first batch was read makes
+    that file stale, so the shard is not marked written, and the next sync writes it whole."""
+    out = tmp_path / "out"
+    per_read = writer_module.LINES_PER_READ
+    n = per_read + 5
+    with Store.open(tmp_path / "job.db") as store:
+        store.import_batch(rows(n))
+        ids = [c.id for c in store.claim(n, "gpu0", 1.0)]
+        store.record([done(pid, 10.0 + i, finish="length" if i == 0 else "stop",
+                           max_tokens=50) for i, pid in enumerate(ids)])
+        writer = ShardWriter(store, out, n, key_for)
+        assert writer.sync() == [1]
+        # Regenerated once (still cut off): the shard is to be written again...
+        assert store.requeue_truncated(100) == 1
+        [c] = store.claim(1, "gpu0", 30.0)
+        store.record([done(c.id, 31.0, finish="length", max_tokens=100)])
+        assert store.shard(1).status == "assigned"
+        batches = store.shard_line_batches
+
+        def regenerated_after_the_first_batch(shard_id: int, size: int):
+            # ...and again while that write has read its first batch.
+            for k, batch in enumerate(batches(shard_id, size)):
+                yield batch
+                if k == 0:
+                    assert store.requeue_truncated(200) == 1
+                    [c] = store.claim(1, "gpu0", 40.0)
+                    store.record([done(c.id, 41.0, max_tokens=200, content="complete now")])
+
+        store.shard_line_batches = regenerated_after_the_first_batch  # type: ignore[method-assign]
+        assert writer.sync() == []                  # written, but stale: not marked
+        assert store.shard(1).status == "assigned"
+        del store.shard_line_batches
+        assert writer.sync() == [1]
+        data = (out / store.shard(1).key).read_bytes()
+        assert data == shard_bytes(store.shard_lines(1))
+        assert b"complete now" in data
