@@ -5,28 +5,40 @@ Prompts: every turn of the 160 MT-bench and Vicuna-bench questions in /work/shar
 at run time, never stored here), in variants (turn pairs, a numbered request, a second turn),
 so lines are real text of real lengths and every id is distinct.
 
-The shortcut, and why it is faithful: 900K answers through simulated servers take hours on
-this machine, so most answers are written in bulk through the store's own recording path
-(`Store.claim` then `Store.record([Done...])`, the daemon's calls, 2,000 a transaction), and
-shards through the daemon's own `ShardWriter` into the local output, marked uploaded as the
-uploader does after its read-back. The DB and the output are then what the daemon would have
-left. At 5%, 50% and the last stretch to 100% the real daemon runs a slice on fast simulated
-servers (instant answers of the same size) on that DB; the daemon's figures come from those.
+The shortcut, and why it is faithful: 900K answers through simulated servers would take
+~2.5 hours on this machine even with instant servers (the daemon records ~100-250 answers/s
+on two shared cores), so most answers are written in bulk, in this process, through the
+daemon's own recording path (`Store.claim` then `Store.record([Done...])`, 2,000 a
+transaction), and shards through the daemon's own `ShardWriter` into the local output, marked
+uploaded as the uploader does after its read-back. The DB and the output are then what the
+daemon would have left: the same rows, indexes, triggers, counts and shard files. What the
+shortcut skips is the HTTP, the streaming and the per-answer checks, i.e. the daemon's CPU per
+answer; those are measured on the real daemon, which runs a slice on fast simulated servers
+(instant answers of the same size, a delta per 16 tokens) on that DB at 5%, 50% and the last
+stretch to 100%: its RSS, its CPU per answer and the live status and the TUI against it come
+from those slices, on a DB of the size the job has then. The same live figures are taken first
+on a 3K-prompt job at 50% (`--baseline`), which the 900K figures are held against.
 
-Reported (one JSON line per stage, and a table at the end):
+Reported (one JSON line per stage, with its time since the start and the load average):
 - import: time and peak RSS of the import (a fresh process), DB bytes per prompt;
-- DB bytes per answer;
+- DB bytes per answer, and the output's bytes at the end;
 - state backup per 15-minute interval (9,000 answers at 10 answers/s between two backups):
-  before = a whole copy (what it sent until now: the DB's size, copied then put), after =
-  the chunks that changed (supervisor/state_backup/chunks.py), time and bytes;
-- offline `status` (no daemon) and live `status` (the CLI, and the control client's call the
-  TUI makes each second: latency and the daemon's CPU per call), and the snapshot's size;
-- `verify --state` and `rebuild-state`: time and peak RSS;
-- daemon anonymous RSS at each stage, CPU per answer, and per streamed chunk (a slice with a
-  delta per 16 tokens against one coalesced).
+  the chunks that changed (supervisor/state_backup/chunks.py), time and bytes; before chunks
+  a backup put the whole DB (its size is reported; `--whole-copy` also times one);
+- offline `status` (no daemon) at 0%, 5%, 50% and 100%;
+- live `status` at 5%, 50% and the end: the control client's call the TUI makes each second
+  with dispatch paused (latency, the daemon's CPU per call, the snapshot's size) and while the
+  daemon dispatches flat out (median and p90), and the CLI (a fresh Python process);
+- the TUI at 1 Hz in tmux (% of a core), with dispatch paused and while it dispatches;
+- `verify --state` and `rebuild-state` at 100%: time and peak RSS;
+- daemon anonymous RSS at the start and end of each slice, CPU per answer (`--coalesced`
+  adds a slice with coalesced streams for the CPU per streamed chunk).
 
     python benchmarks/bench_seed_scale.py [--prompts 900000] [--answer-bytes 11500]
-        [--slice 3000] [--work DIR]      # ~45 GB of disk at full scale; DIR is removed after
+        [--slice 3000] [--baseline 3000] [--work DIR] [--keep] [--results FILE]
+        [--no-tui] [--whole-copy] [--coalesced]
+    # ~45 GB of disk at full scale (refused with one line when there is less); DIR is
+    # removed after unless --keep
 """
 
 from __future__ import annotations
