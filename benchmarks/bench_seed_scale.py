@@ -5,28 +5,40 @@ Prompts: every turn of the 160 MT-bench and Vicuna-bench questions in /work/shar
 at run time, never stored here), in variants (turn pairs, a numbered request, a second turn),
 so lines are real text of real lengths and every id is distinct.
 
-The shortcut, and why it is faithful: 900K answers through simulated servers take hours on
-this machine, so most answers are written in bulk through the store's own recording path
-(`Store.claim` then `Store.record([Done...])`, the daemon's calls, 2,000 a transaction), and
-shards through the daemon's own `ShardWriter` into the local output, marked uploaded as the
-uploader does after its read-back. The DB and the output are then what the daemon would have
-left. At 5%, 50% and the last stretch to 100% the real daemon runs a slice on fast simulated
-servers (instant answers of the same size) on that DB; the daemon's figures come from those.
+The shortcut, and why it is faithful: 900K answers through simulated servers would take
+~2.5 hours on this machine even with instant servers (the daemon records ~100-250 answers/s
+on two shared cores), so most answers are written in bulk, in this process, through the
+daemon's own recording path (`Store.claim` then `Store.record([Done...])`, 2,000 a
+transaction), and shards through the daemon's own `ShardWriter` into the local output, marked
+uploaded as the uploader does after its read-back. The DB and the output are then what the
+daemon would have left: the same rows, indexes, triggers, counts and shard files. What the
+shortcut skips is the HTTP, the streaming and the per-answer checks, i.e. the daemon's CPU per
+answer; those are measured on the real daemon, which runs a slice on fast simulated servers
+(instant answers of the same size, a delta per 16 tokens) on that DB at 5%, 50% and the last
+stretch to 100%: its RSS, its CPU per answer and the live status and the TUI against it come
+from those slices, on a DB of the size the job has then. The same live figures are taken first
+on a 3K-prompt job at 50% (`--baseline`), which the 900K figures are held against.
 
-Reported (one JSON line per stage, and a table at the end):
+Reported (one JSON line per stage, with its time since the start and the load average):
 - import: time and peak RSS of the import (a fresh process), DB bytes per prompt;
-- DB bytes per answer;
+- DB bytes per answer, and the output's bytes at the end;
 - state backup per 15-minute interval (9,000 answers at 10 answers/s between two backups):
-  before = a whole copy (what it sent until now: the DB's size, copied then put), after =
-  the chunks that changed (supervisor/state_backup/chunks.py), time and bytes;
-- offline `status` (no daemon) and live `status` (the CLI, and the control client's call the
-  TUI makes each second: latency and the daemon's CPU per call), and the snapshot's size;
-- `verify --state` and `rebuild-state`: time and peak RSS;
-- daemon anonymous RSS at each stage, CPU per answer, and per streamed chunk (a slice with a
-  delta per 16 tokens against one coalesced).
+  the chunks that changed (supervisor/state_backup/chunks.py), time and bytes; before chunks
+  a backup put the whole DB (its size is reported; `--whole-copy` also times one);
+- offline `status` (no daemon) at 0%, 5%, 50% and 100%;
+- live `status` at 5%, 50% and the end: the control client's call the TUI makes each second
+  with dispatch paused (latency, the daemon's CPU per call, the snapshot's size) and while the
+  daemon dispatches flat out (median and p90), and the CLI (a fresh Python process);
+- the TUI at 1 Hz in tmux (% of a core), with dispatch paused and while it dispatches;
+- `verify --state` and `rebuild-state` at 100%: time and peak RSS;
+- daemon anonymous RSS at the start and end of each slice, CPU per answer (`--coalesced`
+  adds a slice with coalesced streams for the CPU per streamed chunk).
 
     python benchmarks/bench_seed_scale.py [--prompts 900000] [--answer-bytes 11500]
-        [--slice 3000] [--work DIR]      # ~45 GB of disk at full scale; DIR is removed after
+        [--slice 3000] [--baseline 3000] [--work DIR] [--keep] [--results FILE]
+        [--no-tui] [--whole-copy] [--coalesced]
+    # ~45 GB of disk at full scale (refused with one line when there is less); DIR is
+    # removed after unless --keep
 """
 
 from __future__ import annotations
@@ -171,9 +183,8 @@ def fill(work: Path, upto: int, pairs: list[tuple[str, str]]) -> float:
                                  4096, "sim", "bulk", now - 60, now))
             store.record(outs)
             writer.sync()
-            for shard in store.shards():
-                if shard.status == "written":
-                    store.mark_shard_uploaded(shard.id, None, None, time.time())
+            for shard in store.shards_to_upload():
+                store.mark_shard_uploaded(shard.id, None, None, time.time())
     finally:
         store.close()
     return time.perf_counter() - t0
@@ -253,7 +264,18 @@ def daemon_slice(work: Path, args: argparse.Namespace, answers: int,
                                             "--socket", sock], work)["s"]
             if args.tui:
                 r["tui_cpu_pct"] = tui_cpu(sock)
+            busy_tui: dict[str, float] = {}
+            tui_thread = None
+            if args.tui:
+                # The TUI again while the daemon dispatches flat out: what it costs to watch
+                # a busy 900K job (its figures change every second).
+                import threading
+                tui_thread = threading.Thread(
+                    target=lambda: busy_tui.update(pct=tui_cpu(sock, windows=2, window_s=6.0)),
+                    daemon=True)
             client.resume()
+            if tui_thread is not None:
+                tui_thread.start()
             st = client.status()
             start_done, start_cpu, t0 = st.job.done, cpu_s(proc.pid), time.monotonic()
             r["rss_start_mb"] = anon_rss_mb(proc.pid)
@@ -282,6 +304,9 @@ def daemon_slice(work: Path, args: argparse.Namespace, answers: int,
                 time.sleep(0.5)
             elapsed = time.monotonic() - t0
             answered = st.job.done - start_done
+            if tui_thread is not None:
+                tui_thread.join(timeout=60)
+                r["tui_cpu_busy_pct"] = busy_tui.get("pct")
             from harness import read_db
             # The simulated servers' answers (the bulk ones are server 'bulk'): streamed
             # chunks are about one per stream_step tokens, plus the two that open each part.
@@ -291,7 +316,9 @@ def daemon_slice(work: Path, args: argparse.Namespace, answers: int,
             r["sim_answers_total"], r["sim_tokens_per_answer"] = n, tokens / max(1, n)
             r.update(answered=answered, elapsed_s=elapsed,
                      cpu_ms_per_answer=1000 * (end_cpu - start_cpu) / max(1, answered),
-                     busy_status_ms_median=1000 * statistics.median(lat) if lat else None)
+                     busy_status_ms_median=1000 * statistics.median(lat) if lat else None,
+                     busy_status_ms_p90=(1000 * sorted(lat)[int(0.9 * len(lat))]
+                                         if lat else None))
     finally:
         if proc.poll() is None and r.get("target_is_end"):
             try:                 # the job's last answers: let it finish, shard and exit
@@ -333,9 +360,11 @@ def whole_copy_backup(db: Path, dest: Path) -> float:
     return time.perf_counter() - t0
 
 
-def backup_interval(work: Path, pairs: list[tuple[str, str]], upto: int) -> dict[str, Any]:
+def backup_interval(work: Path, pairs: list[tuple[str, str]], upto: int,
+                    whole_copy: bool) -> dict[str, Any]:
     """One backup, INTERVAL_ANSWERS more answers, another backup: what the second costs, and
-    what a whole copy (the design before chunks) costs at the same point."""
+    (with `whole_copy`) the time of a whole copy, the design before chunks, at the same
+    point; its bytes are the DB's size either way."""
     from supervisor.state_backup.backup import StateBackup
     from supervisor.state_backup.restore import NodeIdentity
     from supervisor.uploads.local_sink import LocalDirSink
@@ -353,11 +382,35 @@ def backup_interval(work: Path, pairs: list[tuple[str, str]], upto: int) -> dict
     after_s = time.perf_counter() - t0
     assert backup.last_sent is not None
     shutil.rmtree(dest)          # disk: at 900K each of these is ~11 GB
-    whole_s = whole_copy_backup(db, dest)
-    shutil.rmtree(dest)
+    whole_s = None
+    if whole_copy:
+        whole_s = whole_copy_backup(db, dest)
+        shutil.rmtree(dest)
     return {"db_bytes": m.db_bytes, "chunks": len(m.chunks), "first_backup_s": first_s,
             "after_sent_bytes": backup.last_sent.bytes, "after_sent_chunks": backup.last_sent.chunks,
             "after_s": after_s, "before_sent_bytes": m.db_bytes, "before_s": whole_s}
+
+
+# Disk a prompt takes at the peak (the end's backup interval): its answer in the DB (~12.2 KB)
+# and in a shard (~12 KB), the backup's chunks of the DB and the online copy they come from.
+DISK_PER_PROMPT = 50_000
+
+
+def baseline(work: Path, args: argparse.Namespace, pool: list[str],
+             pairs: list[tuple[str, str]]) -> dict[str, Any]:
+    """The same live and offline figures on a 3K-prompt job at 50%: what the 900K figures
+    are held against (issue: no more than at 3K)."""
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "out").mkdir(exist_ok=True)
+    write_prompts(work / "prompts.jsonl", args.baseline, pool)
+    proc = subprocess.run([sys.executable, __file__, "--child-import", str(work)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"import failed: {proc.stderr[-2000:]}")
+    fill(work, args.baseline // 2, pairs)
+    offline = timed([sys.executable, "-m", "supervisor", "status", "--state", "job.db"], work)
+    live = daemon_slice(work, args, args.baseline // 4, 16)
+    return {"status_offline_s": offline["s"], **live}
 
 
 def main() -> int:
@@ -365,10 +418,18 @@ def main() -> int:
     p.add_argument("--prompts", type=int, default=900_000)
     p.add_argument("--answer-bytes", type=int, default=11_500)
     p.add_argument("--slice", type=int, default=3_000, help="answers per daemon slice")
+    p.add_argument("--baseline", type=int, default=3_000,
+                   help="prompts of the small job the live figures are held against (0: none)")
     p.add_argument("--work", type=Path, default=None)
     p.add_argument("--keep", action="store_true", help="leave the work directory")
+    p.add_argument("--results", type=Path, default=None,
+                   help="also write every stage's figures to this JSON file")
     p.add_argument("--no-tui", dest="tui", action="store_false",
                    help="leave out the TUI's CPU (needs tmux)")
+    p.add_argument("--whole-copy", action="store_true",
+                   help="also time a whole-DB backup (the design before chunks) at each interval")
+    p.add_argument("--coalesced", action="store_true",
+                   help="also a slice with coalesced streams at 5%% (CPU per streamed chunk)")
     p.add_argument("--child-import", default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.child_import:
@@ -376,17 +437,33 @@ def main() -> int:
         return 0
     work = args.work or Path(tempfile.mkdtemp(prefix="seed-scale-"))
     work.mkdir(parents=True, exist_ok=True)
+    need, free = args.prompts * DISK_PER_PROMPT, shutil.disk_usage(work).free
+    if free < need:
+        raise SystemExit(f"bench_seed_scale: {args.prompts} prompts need ~{need / 1e9:.0f} GB "
+                         f"free in {work}, it has {free / 1e9:.0f} GB (--work elsewhere or "
+                         f"fewer --prompts)")
     (work / "out").mkdir(exist_ok=True)
-    results: dict[str, Any] = {"prompts": args.prompts, "answer_bytes": args.answer_bytes}
+    results: dict[str, Any] = {"prompts": args.prompts, "answer_bytes": args.answer_bytes,
+                               "load_start": os.getloadavg()}
+    started = time.monotonic()
 
     def emit(stage: str, figures: dict[str, Any]) -> None:
+        figures = {**figures, "at_s": round(time.monotonic() - started, 1),
+                   "load": round(os.getloadavg()[0], 1)}
         results[stage] = figures
         print(json.dumps({"stage": stage, **figures}), flush=True)
 
+    def offline(stage: str) -> None:
+        emit(stage, timed([sys.executable, "-m", "supervisor", "status", "--state", "job.db"],
+                          work))
+
     try:
         pool = turns()
-        write_prompts(work / "prompts.jsonl", args.prompts, pool)
         pairs = answer_texts(pool, args.answer_bytes)
+        if args.baseline:
+            emit("baseline_3k", baseline(work / "baseline", args, pool, pairs))
+            shutil.rmtree(work / "baseline", ignore_errors=True)
+        write_prompts(work / "prompts.jsonl", args.prompts, pool)
         proc = subprocess.run([sys.executable, __file__, "--child-import", str(work)],
                               capture_output=True, text=True)
         if proc.returncode != 0:
@@ -394,29 +471,28 @@ def main() -> int:
         imp = json.loads(proc.stdout.strip().splitlines()[-1])
         db_prompts = (work / "job.db").stat().st_size
         emit("import", {**imp, "db_bytes": db_prompts, "bytes_per_prompt": db_prompts / args.prompts})
-        emit("status_offline_0", timed([sys.executable, "-m", "supervisor", "status", "--state",
-                                        "job.db"], work))
+        offline("status_offline_0")
         n = args.prompts
         for label, frac in (("5%", 0.05), ("50%", 0.50)):
             upto = int(n * frac)
             s = fill(work, upto - INTERVAL_ANSWERS, pairs)
-            emit(f"backup_{label}", backup_interval(work, pairs, upto))
+            emit(f"backup_{label}", backup_interval(work, pairs, upto, args.whole_copy))
             size = (work / "job.db").stat().st_size
             emit(f"fill_{label}", {"s": s, "db_bytes": size,
                                    "bytes_per_answer": (size - db_prompts) / upto})
-            emit(f"status_offline_{label}", timed([sys.executable, "-m", "supervisor", "status",
-                                                   "--state", "job.db"], work))
+            offline(f"status_offline_{label}")
             emit(f"daemon_{label}", daemon_slice(work, args, args.slice, 16))
-            if label == "5%":
+            if label == "5%" and args.coalesced:
                 emit("daemon_5%_coalesced", daemon_slice(work, args, args.slice, 0))
         upto = n - args.slice
-        fill(work, upto - INTERVAL_ANSWERS, pairs)
-        emit("backup_end", backup_interval(work, pairs, upto))
+        s = fill(work, upto - INTERVAL_ANSWERS, pairs)
+        emit("backup_end", {**backup_interval(work, pairs, upto, args.whole_copy), "fill_s": s})
         emit("daemon_end", daemon_slice(work, args, args.slice + 100, 16))
         size = (work / "job.db").stat().st_size
-        emit("db_end", {"db_bytes": size, "bytes_per_answer": (size - db_prompts) / n})
-        emit("status_offline_end", timed([sys.executable, "-m", "supervisor", "status",
-                                          "--state", "job.db"], work))
+        emit("db_end", {"db_bytes": size, "bytes_per_answer": (size - db_prompts) / n,
+                        "output_bytes": sum(f.stat().st_size for f in (work / "out").rglob("*")
+                                            if f.is_file())})
+        offline("status_offline_end")
         emit("verify", timed([sys.executable, "-m", "supervisor", "verify", "--state", "job.db"],
                              work))
         (work / "rebuild.toml").write_text(
@@ -424,8 +500,11 @@ def main() -> int:
                                                     '"state" = "rebuilt.db"'))
         emit("rebuild_state", timed([sys.executable, "-m", "supervisor", "rebuild-state",
                                      "--config", "rebuild.toml"], work))
+        results["wall_s"] = time.monotonic() - started
+        print(json.dumps({"stage": "done", "wall_s": results["wall_s"]}), flush=True)
     finally:
-        (work / "results.json").write_text(json.dumps(results, indent=1))
+        if args.results is not None:
+            args.results.write_text(json.dumps(results, indent=1))
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     return 0

@@ -1,11 +1,12 @@
-"""Building the job's status snapshot from its parts: one cheap store query (the status
-counts) plus what the dispatcher, fleet, GPU sampler, uploader and disk guard hold in memory;
-and the control socket's richer status on top of it."""
+"""Building the job's status snapshot from its parts: one cheap store call (the counts and
+the other figures of state/status_reads.py) plus what the dispatcher, fleet, GPU sampler,
+uploader and disk guard hold in memory; and the control socket's richer status on top of it."""
 
 from __future__ import annotations
 
 import time
 from state.async_store import AsyncStore
+from state.status_reads import StatusFigures
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.contract.status import Status
@@ -35,11 +36,12 @@ class StatusBuilder:
         self.last_reload: str | None = None
         self.last: JobStatus | None = None
 
-    async def build(self) -> JobStatus:
-        counts = await self.astore.call(Store.counts)
-        floors = await self.astore.call(Store.pending_floors)
+    async def build(self, figures: StatusFigures | None = None) -> JobStatus:
         assert self.dispatcher is not None
         d = self.dispatcher
+        if figures is None:
+            figures = await self.astore.call(Store.status_figures, d.max_tokens)
+        counts, floors = figures.counts, figures.pending_floors
         now = time.time()
         snap = d.snapshot()
         servers = tuple(self.fleet.snapshot()) if self.fleet is not None else ()
@@ -72,17 +74,15 @@ class StatusBuilder:
         """The control socket's status: the job status plus what only the socket serves
         (output-length histogram, server flags); the hub adds its throughput history and
         recent events."""
-        js = await self.build()
         d = self.dispatcher
         assert d is not None
-        # What "requeue truncated" would re-run now (a partial-index count): the TUI's
-        # confirmation says how many.
-        requeueable = await self.astore.call(Store.truncated_count, d.max_tokens, False)
-        # ... and what it would re-run after max tokens is raised past every old limit.
-        truncated = await self.astore.call(Store.truncated_count, None, False)
-        # The waste ledger's totals: seven rows, kept in step by the store's triggers.
-        ledger = await self.astore.call(Store.token_ledger)
+        # One store call for every figure (one turn in the store's queue, not five): the
+        # truncated answers a requeue would re-run now (the TUI's confirmation says how
+        # many) and after max tokens is raised past every old limit, the waste ledger.
+        figures = await self.astore.call(Store.status_figures, d.max_tokens)
+        js = await self.build(figures)
         return build_status(js, config, started_at=self.started_at,
                             histogram=d.lengths.histogram(d.max_tokens), flags=self.fleet,
-                            requeueable_truncated=requeueable, truncated=truncated,
-                            ledger=ledger, live_context=d.live.context_length)
+                            requeueable_truncated=figures.requeueable_truncated,
+                            truncated=figures.truncated, ledger=figures.ledger,
+                            live_context=d.live.context_length)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 
 import anyio
 
@@ -61,5 +62,67 @@ async def test_a_cancelled_caller_still_gets_its_claim_committed(tmp_path):
             await astore.call(Store.claim, 3, "gpu0", 1.0)
         counts = await astore.call(Store.counts)
         assert counts.total == 3 and counts.in_flight in (0, 3)
+    finally:
+        store.close()
+
+
+async def test_queued_calls_run_back_to_back_while_the_event_loop_is_busy(tmp_path):
+    """The worker takes the next call as soon as one ends: twenty calls queued together all
+    run while the loop is held busy (a daemon's loop saturated by streamed chunks). Handed
+    on by the loop, one call a loop turn, only the first would have run."""
+    store = Store.open(tmp_path / "job.db")
+    try:
+        astore = AsyncStore(store)
+        await astore.call(Store.import_batch, rows(20))
+        ran: list[int] = []
+
+        def one(s: Store, i: int) -> None:
+            s.counts()
+            ran.append(i)
+
+        async def caller(i: int) -> None:
+            await astore.call(one, i)
+
+        async with anyio.create_task_group() as tg:
+            for i in range(20):
+                tg.start_soon(caller, i)
+            await anyio.sleep(0)                  # every caller has queued its call
+            # Hold the loop (no await) until the calls are done, 10 s at most.
+            deadline = time.monotonic() + 10
+            while len(ran) < 20 and time.monotonic() < deadline:
+                pass
+            ran_while_busy = len(ran)
+        assert ran_while_busy == 20 and sorted(ran) == list(range(20))
+    finally:
+        store.close()
+
+
+async def test_a_call_cancelled_while_queued_never_runs(tmp_path):
+    store = Store.open(tmp_path / "job.db")
+    try:
+        astore = AsyncStore(store)
+        await astore.call(Store.import_batch, rows(3))
+        gate = threading.Event()
+        first_running = threading.Event()
+
+        def held(s: Store) -> str:
+            first_running.set()
+            gate.wait(10)
+            return "first"
+
+        async with anyio.create_task_group() as tg:
+            results: list[str] = []
+
+            async def first() -> None:
+                results.append(await astore.call(held))
+
+            tg.start_soon(first)
+            await anyio.to_thread.run_sync(first_running.wait, 10)
+            with anyio.CancelScope() as scope:
+                scope.cancel()
+                await astore.call(Store.claim, 3, "gpu0", 1.0)   # queued behind `held`
+            gate.set()
+        assert results == ["first"]
+        assert (await astore.call(Store.counts)).in_flight == 0     # the claim never ran
     finally:
         store.close()

@@ -15,7 +15,8 @@ from tests.fixtures.state_db import done, key_for, rows
 # Whole-table reads allowed on purpose: recount (an operator's repair, index-only).
 ALLOWED_SCANS = ("GROUP BY status",)
 # Scanning a partial index is fine: it holds only the rows the query wants.
-PARTIAL_INDEXES = ("prompts_unsharded", "prompts_shard", "prompts_truncated")
+PARTIAL_INDEXES = ("prompts_unsharded", "prompts_shard", "prompts_truncated",
+                   "prompts_requeued")
 
 
 def _plans(db_path, statements: list[str]) -> dict[str, list[str]]:
@@ -46,6 +47,7 @@ def test_job_queries_on_prompts_are_index_searches(tmp_path):
             store.truncated_count()
             store.truncated_count(200)
             store.counts()
+            store.status_figures(200)
         store.requeue_truncated(200)
         store.recover_in_flight()
         store.assign_shards(500, key_for, flush=True)
