@@ -49,6 +49,9 @@ from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, reques
 log = logging.getLogger("supervisor.dispatch")
 
 GONE_GRACE_S = 3.0
+# Waits in SGLang's queue past wait_s that a prompt may have requeued in a row for free; the
+# next counts as an attempt, so a prompt the server never admits ends failed, never loops.
+FREE_WAITS = 10
 # Writes one event (kind, subject, detail, actor); folded per server where it floods.
 EventSink = Callable[[str, str, dict[str, Any], str], None]
 
@@ -78,6 +81,10 @@ class RequestPath:
         self.clock = clock
         self.gone_grace_s = gone_grace_s
         self.requests: dict[str, InFlightRequest] = {}    # prompt id -> request on the wire
+        # Prompts sent back for waiting in SGLang's queue, and how often in a row: bounded
+        # (FREE_WAITS), so a prompt the server never admits ends in attempts, not a loop.
+        # An entry lives only while its prompt keeps being requeued this way.
+        self.free_waits: dict[str, int] = {}
 
     async def run(self, serving: Serving, client: aiohttp.ClientSession,
                   prompt: ClaimedPrompt) -> None:
@@ -134,12 +141,15 @@ class RequestPath:
         finished = self.clock()
         if streamed is not None:
             self._watched(endpoint.name, prompt.id, rid, streamed, max_tokens)
-        outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started, finished,
-                                aborted_loop=streamed is not None and streamed.loop is not None)
-        if streamed is not None and streamed.stalled and endpoint.queueing():
-            # SGLang queues or retracts on this server: the silence was the server's
-            # over-commitment, not the prompt's fault. Back to pending, no attempt counted.
-            outcome = Requeue(prompt.id)
+        if self._queued_not_failed(prompt.id, streamed, endpoint.queueing()):
+            # The silence was SGLang's queue, not the prompt's fault or the job's: back to
+            # pending, no attempt counted, and nothing for the error breaker (a queue that
+            # outlasts wait_s is over-commitment, which the saturation guard answers).
+            outcome: Outcome = Requeue(prompt.id)
+        else:
+            outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started,
+                                    finished, aborted_loop=streamed is not None
+                                    and streamed.loop is not None)
         waste: list[Outcome | Wasted] = []
         if isinstance(answer, Retryable) and not answer.tokens and sa.tokens:
             # Tokens streamed before a stall, an error chunk, a timeout or a lost connection
@@ -154,6 +164,27 @@ class RequestPath:
         self.recorder.submit(waste + _with_waste(outcome, answer, endpoint.name, finished))
         p.completed += 1
         p.last_completion_at = time.monotonic()
+
+    def _queued_not_failed(self, prompt_id: str, streamed: Streamed | None,
+                           queueing: bool) -> bool:
+        """Whether a stall abort was a wait in SGLang's queue: the server made tokens for
+        others meanwhile (not `server_silent`), and either SGLang says it queues or retracts
+        (`queueing`), or the request never got a token — SGLang admits in order, so a request
+        with none while others decode was never admitted (its queue gauge can be seconds
+        stale: it is set at each prefill and every 40 decode steps). A stream stuck halfway
+        on a server that does not queue is the request's own failure: an attempt."""
+        if streamed is None or not streamed.stalled:
+            self.free_waits.pop(prompt_id, None)
+            return False
+        if not (queueing or (not streamed.server_silent and streamed.tokens == 0)):
+            self.free_waits.pop(prompt_id, None)
+            return False
+        n = self.free_waits.get(prompt_id, 0) + 1
+        if n > FREE_WAITS:
+            self.free_waits.pop(prompt_id, None)
+            return False
+        self.free_waits[prompt_id] = n
+        return True
 
     def _watched(self, server: str, prompt_id: str, rid: str | None, streamed: Streamed,
                  max_tokens: int) -> None:

@@ -100,13 +100,17 @@ async def test_a_stall_abort_on_a_queueing_server_requeues_without_an_attempt(
     prompts = 12
     cfg = slow_job(tmp_path, servers=1, prompts=prompts,
                    flags={"max-running-requests": 2, "enable-metrics": True})
+    # A breaker that opens at half of 4 answers: waits are not errors, so it never does
+    # (it did when it counted them, and the paused job never finished).
     cfg = replace(cfg, dispatch=replace(cfg.dispatch, max_in_flight_per_server=6,
-                                        wait_s=2.0, saturation_guard=False))
+                                        wait_s=2.0, saturation_guard=False,
+                                        breaker_min_samples=4))
     _, result = await run_job(cfg, timeout_s=120)
     assert_every_prompt_once(cfg, result, prompts)       # max(attempts) == 1
     assert_never_restarted(cfg)
     stalls = stalled_events(cfg)
     assert stalls and all(s.get("waited", True) for s in stalls), stalls
+    assert query(cfg, "SELECT count(*) FROM events WHERE kind = 'paused'") == [(0,)]
 
 
 async def test_a_stuck_request_on_a_busy_server_waits_then_retries_without_a_restart(
