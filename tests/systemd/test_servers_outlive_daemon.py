@@ -18,7 +18,6 @@ import json
 import sys
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
 import pytest
 
