@@ -18,7 +18,7 @@ import logging
 import os
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import anyio
@@ -48,6 +48,7 @@ from supervisor.job.systemd_report import SystemdReport
 from supervisor.job.notify import Notifier
 from supervisor.job.unit_job import keep_servers_on_sigterm
 from supervisor.servers.fleet import Fleet, FleetOptions
+from supervisor.servers.launcher import choose_launcher
 from supervisor.shards import ShardLoop, ShardWriter, shard_key_for, spool_dir
 from supervisor.shards.verify import (UnknownOutput, check_output_at_start, send_back,
                                        verify_output)
@@ -208,6 +209,7 @@ class Job:
 
     async def _run(self, astore: AsyncStore, bound: socket_file.BoundSocket) -> JobResult:
         cfg = self.config
+        fleet_options = self._fleet_options()
         status = self._status = StatusBuilder(astore, self._started)
         spool = spool_dir(cfg)
         await anyio.to_thread.run_sync(functools.partial(spool.mkdir, parents=True, exist_ok=True))
@@ -233,7 +235,7 @@ class Job:
         already_finished = counts.total > 0 and counts.pending + counts.in_flight == 0
         async with dispatcher.running():
             fleet = self.fleet = status.fleet = Fleet(self.live, astore, dispatcher,
-                                                      self.fleet_options)
+                                                      fleet_options)
             fleet.left_in_flight = self._left_in_flight
             await astore.call(Store.add_event, EventKind.JOB_STARTED, "job",
                               {"pid": os.getpid(), "servers": len(fleet.servers),
@@ -275,6 +277,18 @@ class Job:
             # Last, so the copy holds every outcome, the final shards' uploads and the stop.
             await backup.backup_now()
         return JobResult(final, self._reason)
+
+    def _fleet_options(self) -> FleetOptions:
+        """The fleet's options with its launcher chosen now, before anything runs: a
+        launcher this build lacks (`servers.launcher`) stops the start with one line."""
+        options = self.fleet_options or FleetOptions()
+        if options.launcher is not None:
+            return options
+        try:
+            launcher = choose_launcher(self.config.servers.launcher, options.base_env)
+        except ValueError as exc:
+            raise JobError(str(exc)) from None
+        return replace(options, launcher=launcher)
 
     async def _supervise(self, astore: AsyncStore, bound: socket_file.BoundSocket,
                          status: StatusBuilder, shards: ShardLoop,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from pathlib import Path
 
 from supervisor.config import ConfigError, JobConfig, ServersSection
 from supervisor.config.checks import validate
@@ -45,3 +46,19 @@ def test_an_unknown_launcher_is_refused_at_load() -> None:
     with pytest.raises(ConfigError, match='servers.launcher: must be "auto", "process" or '
                                           '"systemd", got \'docker\''):
         validate(cfg)
+
+
+def test_run_stops_with_one_line_when_the_launcher_is_missing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The job refuses to start, naming the key, before any server is launched."""
+    import anyio
+
+    from supervisor.job.main_loop import Job
+    from supervisor.job.store_setup import JobError
+    from tests.fixtures.real_job import job_config, query
+
+    monkeypatch.setattr(launcher, "_factory", lambda kind: None)
+    cfg = job_config(tmp_path, servers=1, prompts=5, launcher="systemd")
+    with pytest.raises(JobError, match="^servers.launcher = 'systemd': no systemd launcher"):
+        anyio.run(Job(cfg, handle_signals=False).run)
+    assert query(cfg, "SELECT count(*) FROM server_processes") == [(0,)]
