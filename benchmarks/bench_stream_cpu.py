@@ -21,7 +21,7 @@ figures are medians over rounds, ratios paired within a round.
 
     python benchmarks/bench_stream_cpu.py [--rounds 3] [--prompts 1500] [--max-tokens 512]
 
-About 30-40 s a round on a quiet 2-core machine.
+About 3 minutes a round (both modes; 1.5 with one) on this 2-core machine.
 """
 
 from __future__ import annotations

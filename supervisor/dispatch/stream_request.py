@@ -18,6 +18,7 @@ A connection that fails is reported as gone (the dispatcher decides, as for a pl
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from dataclasses import dataclass
@@ -36,6 +37,13 @@ log = logging.getLogger("supervisor.dispatch")
 
 ABORT_TIMEOUT_S = 5.0    # /abort_request is answered by the tokenizer manager at once
 LOOP_DRAIN_S = 10.0      # after aborting a loop, for the final usage (SGLang: one step)
+# Dense streams are read in batches (_paced): a stream that has run for PACE_AFTER_S and
+# averaged more than DENSE_CHUNKS_PER_S text chunks a second is read every PACE_S. Short
+# answers (an instant server's, a benchmark's) and SGLang's 16-token deltas (the daemon's
+# default interval: ~3 a second at 50 tok/s) are read as they come.
+PACE_S = 0.05
+PACE_AFTER_S = 1.0
+DENSE_CHUNKS_PER_S = 20.0
 
 
 @dataclass
@@ -137,7 +145,10 @@ async def _watch(client: aiohttp.ClientSession, base_url: str, resp: aiohttp.Cli
     # The event loop's own clock (anyio.current_time() is this, behind a lookup of the
     # running library on every call: a token's cost at a chunk per token).
     now = current_clock()
-    read = resp.content.readany
+    content = resp.content
+    read = content.readany
+    transport = resp.connection.transport if resp.connection is not None else None
+    opened = now()
     rest = b""
     while True:
         # A read per wake-up, its lines handled here: not an async generator of lines, whose
@@ -167,6 +178,29 @@ async def _watch(client: aiohttp.ClientSession, base_url: str, resp: aiohttp.Cli
                 out.aborted = True
                 deadlines.drain(d, LOOP_DRAIN_S)
                 await abort_request(client, base_url, rid)
+        if transport is not None and d.cut_at is None and not content.is_eof():
+            age = now() - opened
+            if age > PACE_AFTER_S and sa.text_chunks > age * DENSE_CHUNKS_PER_S:
+                await _paced(transport)
+
+
+async def _paced(transport: asyncio.BaseTransport) -> None:
+    """Let a dense stream's chunks gather for PACE_S, its socket unread meanwhile (the
+    kernel holds them), so the next read takes them all in one wake-up. At SGLang's default
+    `--stream-interval 1` every token is a chunk, and a reader that keeps up reads each one
+    alone: the loop's wake-up, the socket read and the parser's callback per token were most
+    of the daemon's CPU per chunk, more than anything done with the chunk
+    (benchmarks/bench_stream_cpu.py). A stream is read PACE_S later at most: its stall clock
+    and loop watch are that much late, a token's worth on a stall_s of seconds."""
+    reading = getattr(transport, "is_reading", None)
+    if reading is None or not reading():
+        return
+    transport.pause_reading()           # type: ignore[attr-defined]
+    try:
+        await anyio.sleep(PACE_S)
+    finally:
+        if not transport.is_closing():
+            transport.resume_reading()  # type: ignore[attr-defined]
 
 
 def _expired(out: Streamed, d: StreamDeadline, rid: str, stall_s: float,
