@@ -104,7 +104,7 @@ class AsyncStore:
     async def close(self) -> None:
         """Close the store after every call queued before this one; the worker then ends."""
         try:
-            await self.call(lambda: self.store.close())
+            await self.call(Store.close)
         finally:
             if self._calls is not None:
                 self._calls.put(None)

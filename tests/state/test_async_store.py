@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 import time
 
 import anyio
+import pytest
 
 from state.async_store import AsyncStore
 from state.records import Requeue
@@ -126,3 +128,16 @@ async def test_a_call_cancelled_while_queued_never_runs(tmp_path):
         assert (await astore.call(Store.counts)).in_flight == 0     # the claim never ran
     finally:
         store.close()
+
+
+async def test_close_closes_the_store_after_the_calls_queued_before_it(tmp_path):
+    store = Store.open(tmp_path / "job.db")
+    astore = AsyncStore(store)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(astore.call, Store.import_batch, rows(5))
+        await anyio.sleep(0)
+        await astore.close()
+    with pytest.raises(sqlite3.ProgrammingError):   # closed: a later call says so, never hangs
+        await astore.call(Store.counts)
+    with Store.open(tmp_path / "job.db") as again:
+        assert again.counts().pending == 5
