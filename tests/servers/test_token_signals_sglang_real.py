@@ -1,5 +1,5 @@
 """The token signals the hang watchdog reads, held to the real SGLang 0.5.23 (the CPU build
-set up by /work/shared/tools/sglang-cpu; skipped where it is not installed):
+set up by ../shared/tools/sglang-cpu; skipped where it is not installed):
 
 - `sglang:realtime_tokens_total{mode="decode"}` moves while an answer is being written, and
   `sglang:generation_tokens_total` only when it has finished (so only the first is a token
@@ -26,7 +26,7 @@ from supervisor.servers.sglang_metrics import parse_sglang_metrics
 from tests.fixtures.ports import free_port
 
 # Loading SGLang takes ~20 s on an idle machine, minutes on a busy one.
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(400)]
 
 BASE = Path(os.environ.get("SGLCPU_DIR", "/var/tmp/sglang-cpu"))
 PYTHON = BASE / "venv" / "bin" / "python"
@@ -36,7 +36,7 @@ MODEL = BASE / "tiny"
 @pytest.fixture
 def sglang_cpu(tmp_path: Path):
     if not (PYTHON.exists() and MODEL.exists()):
-        pytest.skip("the CPU SGLang is not set up here (/work/shared/tools/sglang-cpu)")
+        pytest.skip("the CPU SGLang is not set up here (../shared/tools/sglang-cpu)")
     port = free_port()
     log = open(tmp_path / "sglang.log", "wb")
     proc = subprocess.Popen(
