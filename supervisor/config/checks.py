@@ -8,6 +8,7 @@ import ipaddress
 import re
 from typing import Mapping
 
+from supervisor.config.attach_urls import attach_targets
 from supervisor.config.sections import ConfigError, JobConfig, ServersSection
 
 # SGLang 0.5.23's /health_generate waits up to this long for its scheduler to make progress
@@ -36,8 +37,10 @@ def validate(cfg: JobConfig) -> None:
                           f"{list(s.gpus)}")
     if s.count < 0:
         raise ConfigError(f"servers.count: must be >= 1, got {s.count}")
-    if not s.gpu_list:
-        raise ConfigError("servers: set gpus = [0, 1, ...] or count = N (N >= 1)")
+    attach_targets(s.attach)
+    if not s.gpu_list and not s.attach:
+        raise ConfigError("servers: set gpus = [0, 1, ...] or count = N (N >= 1), or attach = "
+                          "[\"http://host:port\", ...] (servers the daemon did not launch)")
     if len(set(s.gpu_list)) != len(s.gpu_list):
         raise ConfigError(f"servers.gpus: a GPU is listed twice: {list(s.gpu_list)}")
     positive("servers.tp_size", s.tp_size)
@@ -50,7 +53,7 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError(f"servers.host: {problem}")
     if not 1 <= s.base_port <= 65535:
         raise ConfigError(f"servers.base_port: must be a TCP port, got {s.base_port}")
-    if not s.model_path:
+    if not s.model_path and s.own_servers:
         raise ConfigError("servers.model_path: required (the model SGLang loads)")
     for key in ("model-path", "host", "port"):
         if key in s.flags:
