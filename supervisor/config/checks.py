@@ -73,6 +73,7 @@ def validate(cfg: JobConfig) -> None:
                           f"got {s.launcher!r}")
     positive("servers.max_failures", s.max_failures)
     _check_ports(s)
+    _check_attach_ports(s)
     _check_context_length(cfg)
     mrr = s.flags.get("max-running-requests")
     if mrr is not None and (isinstance(mrr, bool) or not isinstance(mrr, int) or mrr < 1):
@@ -189,6 +190,24 @@ def _check_ports(s: ServersSection) -> None:
         if n_servers > 1:
             raise ConfigError(f"servers.flags.{name}: every one of the {n_servers} servers would "
                               f"bind port {value}; leave it unset so SGLang picks one per server")
+
+
+# Names and addresses by which an attached URL can mean this node.
+_THIS_NODE = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
+
+
+def _check_attach_ports(s: ServersSection) -> None:
+    """An attached URL on this node inside the own servers' port range would be one of our
+    own servers fed twice (and stopped by us)."""
+    n_servers = len(s.gpu_list) // s.tp_size
+    if not n_servers:
+        return
+    first, last = s.base_port, s.base_port + n_servers - 1
+    for i, t in enumerate(attach_targets(s.attach)):
+        if first <= t.port <= last and t.host.lower() in _THIS_NODE | {s.host}:
+            raise ConfigError(f"servers.attach[{i}]: {t.url} is one of the daemon's own servers' "
+                              f"ports {first}..{last} (servers.base_port); attach only servers "
+                              "it does not launch")
 
 
 def _check_context_length(cfg: JobConfig) -> None:
