@@ -20,6 +20,7 @@ from supervisor.servers.server_state import ServerState
 from supervisor.sim.launch import kill_group, sim_argv, wait_healthy
 from tests.fixtures.ports import free_port
 from tests.fixtures.real_job import (SIM_FLAGS, SLOTS, alive, assert_every_prompt_once,
+                                     expected_ids, shard_ids, sim_fault,
                                      in_flight_on, job_config, query, run_job, state_of,
                                      transitions, wait_fleet, wait_for)
 
@@ -164,3 +165,35 @@ async def test_an_attached_server_killed_and_started_again(
     drained = [t.subject for t in transitions(cfg) if t.to == "DRAINING"]
     assert drained == ["gpu0"]
     assert sim.proc is not None and sim.proc.poll() is None, "the daemon stopped ext0"
+
+
+async def test_an_attached_server_that_stops_making_progress_is_gone_until_it_serves(
+        tmp_path: Path, external: Any, caplog: pytest.LogCaptureFixture) -> None:
+    """A stalled scheduler (no token for anyone, health failing later): GONE by the token
+    rule or the health rule, never restarted; lifted, it is READY again and the job ends
+    with every prompt answered once."""
+    sim = await anyio.to_thread.run_sync(external)
+    cfg = job_config(tmp_path / "job", servers=0, prompts=300, attach=[sim.url],
+                     hang_timeout_s=2.0)
+    seen: dict[str, Any] = {}
+
+    async def drive(job: Job) -> None:
+        await wait_for(lambda: job.fleet is not None
+                       and state_of(job, "ext0") is ServerState.READY
+                       and in_flight_on(job, "ext0") > 0, "ext0 busy")
+        await sim_fault(sim.port, "stall")
+        await wait_for(lambda: state_of(job, "ext0") is ServerState.GONE, "ext0 GONE", 20)
+        assert job.fleet is not None
+        seen["reason"] = job.fleet.servers["ext0"].state_reason
+        await sim_fault(sim.port, "none")
+        await wait_for(lambda: state_of(job, "ext0") is ServerState.READY, "ext0 READY", 20)
+
+    with caplog.at_level(logging.INFO, logger="supervisor.servers"):
+        _, result = await run_job(cfg, drive, timeout_s=120)
+    assert result.finished, result.reason
+    assert sorted(shard_ids(cfg)) == expected_ids(300)
+    assert seen["reason"].startswith(("hung since ", "unhealthy since ")), seen["reason"]
+    assert "its requests in flight went back to pending" in seen["reason"]
+    assert len(_lines(caplog, "ext0: READY -> GONE")) >= 1
+    assert not [t for t in transitions(cfg, "ext0") if t.to in ("STOPPING", "DRAINING")]
+    assert sim.proc is not None and sim.proc.poll() is None
