@@ -80,3 +80,4 @@ async def test_the_restart_key_on_an_attached_server_sends_nothing() -> None:
         notes = [n.message for n in app._notifications]
         assert any(f"ext0 is attached ({URL}): the daemon never restarts it" in n
                    for n in notes), notes
+
