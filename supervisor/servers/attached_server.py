@@ -30,7 +30,7 @@ import anyio
 from supervisor.config import ServersSection
 from supervisor.config.attach_urls import AttachTarget
 from supervisor.servers.exit_classifier import Trigger
-from supervisor.servers.health import probe
+from supervisor.servers.health import NOT_LISTENING, probe
 from supervisor.servers.launch_command import ServerSpec
 from supervisor.servers.managed_server import ManagedServer
 from supervisor.servers.process_group import ServerProcess
@@ -146,6 +146,10 @@ class AttachedServer(ManagedServer):
             kind = {Trigger.PROGRESS: "hung", Trigger.HEALTH: "unhealthy"}.get(
                 outcome.trigger, "unreachable")
             detail = outcome.detail
+            if kind == "unhealthy" and NOT_LISTENING in detail:
+                # The health probes saw the refusal before the port check did (a short
+                # health_interval_s): the same event, said the same way.
+                kind = "unreachable"
         else:
             kind, detail = "unreachable", str(outcome)
         await self._transition(S.GONE, f"{kind} since {_hhmm(self.ctx.clock())}: {detail}; "
