@@ -32,7 +32,10 @@ from supervisor.config.attach_urls import AttachTarget
 from supervisor.servers.exit_classifier import Trigger
 from supervisor.servers.health import NOT_LISTENING, probe
 from supervisor.servers.launch_command import ServerSpec
-from supervisor.servers.managed_server import ManagedServer
+from supervisor.config.live_settings import LiveSettings
+from supervisor.servers.managed_server import FleetContext, ManagedServer
+from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.server_log import ServerLog
 from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.server_state import ATTACHED_TRANSITIONS, ServerSnapshot, ServerState
 from supervisor.servers.watchers import Decision, Failure
@@ -89,9 +92,10 @@ class AttachedServer(ManagedServer):
     TRANSITIONS = ATTACHED_TRANSITIONS
     restartable = False
 
-    def __init__(self, target: AttachTarget, *args, **kwargs) -> None:  # type: ignore[no-untyped-def]
+    def __init__(self, target: AttachTarget, live: LiveSettings, ctx: FleetContext,
+                 server_log: ServerLog, policy: RestartPolicy) -> None:
         self.target = target
-        super().__init__(target.name, (), target.port, *args, **kwargs)
+        super().__init__(target.name, (), target.port, live, ctx, server_log, policy)
         self._hangs_in_row = 0
 
     @property
@@ -117,9 +121,9 @@ class AttachedServer(ManagedServer):
                                    url=spec.url)
             while True:
                 await self._until_healthy(spec)
+                # Each READY life counts as a start (restart_and_wait's bookkeeping); never
+                # as a restart: the daemon restarts nothing here.
                 self._starts += 1
-                if self._starts > 1:
-                    self.restarts += 1
                 outcome = await self._serve(proc, spec, f"{spec.url} answers "
                                             "/health_generate 200")
                 await self._gone(outcome)

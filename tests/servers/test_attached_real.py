@@ -150,6 +150,7 @@ async def test_an_attached_server_killed_and_started_again(
     assert_every_prompt_once(cfg, result, 900)
     gone = seen["gone"]
     assert gone.state is ServerState.GONE and gone.attached_url == sim.url
+    assert gone.restarts == 0 and gone.pid is None and gone.gpus == ()
     assert gone.state_reason.startswith("unreachable since ")
     # Said by the port check ("Connection refused") or, under load, by the health probes
     # that got there first ("not accepting connections"): unreachable either way.
