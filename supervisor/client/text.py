@@ -149,7 +149,10 @@ def report(s: c.Status, source: str) -> str:
         out.append(f"         {srv.name:<9} {srv.state.value:<9} {srv.in_flight:>4}/{limit_text(srv):<4} "
                    f"{srv.req_per_s:>6.1f}  {srv.restarts:>8}  {duration(srv.uptime_s):>7}  "
                    f"{srv.last_exit_reason or ''}")
-        if srv.state in (c.ServerState.FAILED, c.ServerState.BACKOFF) \
+        if srv.attached_url is not None:
+            out.append(f"           attached {srv.attached_url} (not launched, restarted or "
+                       "stopped by the daemon)")
+        if srv.state in (c.ServerState.FAILED, c.ServerState.BACKOFF, c.ServerState.GONE) \
                 or srv.state_reason.startswith("adopted pid"):
             # An adopted server's life says so while it lasts: "adopted pid 4242, up 3h12m".
             out.append(f"           {srv.state_reason}")

@@ -29,6 +29,7 @@ from typing import Callable, Iterable, Sequence
 
 from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
 from supervisor.servers.flag_check import FlagVerdict, sglang_verdict
+from supervisor.config.attach_urls import attach_targets
 from supervisor.servers.launch_command import build_specs, max_running, server_devices
 
 HelpProvider = Callable[[Sequence[str]], str]
@@ -76,6 +77,9 @@ def describe(cfg: JobConfig) -> list[str]:
         lines.append(f"{spec.name}: GPUs {spec.cuda_visible_devices}{given}, port {spec.port}, "
                      f"{slots}, log {log_path}")
         lines.append(f"  CUDA_VISIBLE_DEVICES={devices} {shlex.join(spec.argv)}")
+    for target in attach_targets(cfg.servers.attach):
+        lines.append(f"{target.name}: attached {target.url} (not launched, restarted or stopped "
+                     "by the daemon), requests in flight as SGLang reports on /server_info")
     return lines
 
 
@@ -129,7 +133,7 @@ def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None =
     print(f"config OK: {args.config}")
     for line in describe(cfg):
         print(line)
-    if args.skip_flag_check:
+    if args.skip_flag_check or not cfg.servers.own_servers:
         return 0
     if help_provider is None:
         verdict = (flag_checker or (lambda c: sglang_verdict(c.servers)))(cfg)

@@ -90,7 +90,8 @@ def _run(args: argparse.Namespace) -> int:
         check_gpus_exist(config, node_gpu_count())
         # Before the first launch: flags the installed SGLang's parser refuses stop the start.
         from supervisor.servers.flag_check import require_accepted_flags
-        require_accepted_flags(config.servers)
+        if config.servers.own_servers:     # attached servers run their own job's flags
+            require_accepted_flags(config.servers)
     except ConfigError as exc:
         print(f"dflash-supervisor: invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG

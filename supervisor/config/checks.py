@@ -8,6 +8,7 @@ import ipaddress
 import re
 from typing import Mapping
 
+from supervisor.config.attach_urls import attach_targets
 from supervisor.config.sections import ConfigError, JobConfig, ServersSection
 
 # SGLang 0.5.23's /health_generate waits up to this long for its scheduler to make progress
@@ -36,8 +37,10 @@ def validate(cfg: JobConfig) -> None:
                           f"{list(s.gpus)}")
     if s.count < 0:
         raise ConfigError(f"servers.count: must be >= 1, got {s.count}")
-    if not s.gpu_list:
-        raise ConfigError("servers: set gpus = [0, 1, ...] or count = N (N >= 1)")
+    attach_targets(s.attach)
+    if not s.gpu_list and not s.attach:
+        raise ConfigError("servers: set gpus = [0, 1, ...] or count = N (N >= 1), or attach = "
+                          "[\"http://host:port\", ...] (servers the daemon did not launch)")
     if len(set(s.gpu_list)) != len(s.gpu_list):
         raise ConfigError(f"servers.gpus: a GPU is listed twice: {list(s.gpu_list)}")
     positive("servers.tp_size", s.tp_size)
@@ -50,7 +53,7 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError(f"servers.host: {problem}")
     if not 1 <= s.base_port <= 65535:
         raise ConfigError(f"servers.base_port: must be a TCP port, got {s.base_port}")
-    if not s.model_path:
+    if not s.model_path and s.own_servers:
         raise ConfigError("servers.model_path: required (the model SGLang loads)")
     for key in ("model-path", "host", "port"):
         if key in s.flags:
@@ -70,6 +73,7 @@ def validate(cfg: JobConfig) -> None:
                           f"got {s.launcher!r}")
     positive("servers.max_failures", s.max_failures)
     _check_ports(s)
+    _check_attach_ports(s)
     _check_context_length(cfg)
     mrr = s.flags.get("max-running-requests")
     if mrr is not None and (isinstance(mrr, bool) or not isinstance(mrr, int) or mrr < 1):
@@ -186,6 +190,24 @@ def _check_ports(s: ServersSection) -> None:
         if n_servers > 1:
             raise ConfigError(f"servers.flags.{name}: every one of the {n_servers} servers would "
                               f"bind port {value}; leave it unset so SGLang picks one per server")
+
+
+# Names and addresses by which an attached URL can mean this node.
+_THIS_NODE = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"}
+
+
+def _check_attach_ports(s: ServersSection) -> None:
+    """An attached URL on this node inside the own servers' port range would be one of our
+    own servers fed twice (and stopped by us)."""
+    n_servers = len(s.gpu_list) // s.tp_size
+    if not n_servers:
+        return
+    first, last = s.base_port, s.base_port + n_servers - 1
+    for i, t in enumerate(attach_targets(s.attach)):
+        if first <= t.port <= last and t.host.lower() in _THIS_NODE | {s.host}:
+            raise ConfigError(f"servers.attach[{i}]: {t.url} is one of the daemon's own servers' "
+                              f"ports {first}..{last} (servers.base_port); attach only servers "
+                              "it does not launch")
 
 
 def _check_context_length(cfg: JobConfig) -> None:

@@ -51,6 +51,13 @@ def _coerce(key: str, value: Any, annotation: str) -> Any:
         ):
             raise ConfigError(f"{key}: expected a list of integers, got {value!r}")
         return tuple(value)
+    if ann == "tuple[str,...]" and key == "servers.attach":
+        # Empty is fine (no attached servers); each entry is judged by attach_urls.py,
+        # which names the entry and what is wrong with it.
+        if not isinstance(value, list):
+            raise ConfigError(f"{key}: expected a list of URLs like [\"http://node7:30000\"], "
+                              f"got {value!r}")
+        return tuple(value)
     if ann == "tuple[str,...]":
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             raise ConfigError(f"{key}: expected a non-empty list of strings, got {value!r}")

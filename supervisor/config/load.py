@@ -52,9 +52,9 @@ def _check_gpu_keys(raw: Any) -> None:
     if "count" in raw:
         raise ConfigError(f"servers: set either gpus or count, not both (gpus = {raw['gpus']!r}, "
                           f"count = {raw['count']!r})")
-    if raw["gpus"] == []:
+    if raw["gpus"] == [] and not raw.get("attach"):
         raise ConfigError("servers.gpus: an empty list; list the GPUs (gpus = [0, 1, ...]) "
-                          "or set count = N")
+                          "or set count = N, or attach servers (attach = [\"http://host:port\"])")
 
 
 def parse_config(data: Mapping[str, Any], base_dir: Path = Path("."),

@@ -98,6 +98,15 @@ class ServersSection:
     # daemon's service leaves them running), "auto" (systemd when the daemon is a systemd
     # service and the template unit is installed, else process).
     launcher: str = "auto"
+    # SGLang servers the daemon did not launch (separate Slurm jobs, pods), "http://host:port"
+    # each: supervised and fed like its own servers, but never started, restarted or stopped
+    # (servers/attached_server.py). Named ext0, ext1, ... in the order given.
+    attach: tuple[str, ...] = ()
+
+    @property
+    def own_servers(self) -> bool:
+        """Whether the daemon launches servers of its own (an attach-only job has none)."""
+        return bool(self.gpu_list)
 
     @property
     def gpu_list(self) -> tuple[int, ...]:

@@ -49,6 +49,9 @@ class ServerState(StrEnum):
     STOPPED = "STOPPED"     # no process (between a requested stop and the next start, or at exit)
     BACKOFF = "BACKOFF"     # failed; waiting before the next start
     FAILED = "FAILED"       # failed too often; waits for an operator's reset/restart
+    # An attached server (servers.attach, not launched by the daemon) that went away:
+    # unreachable, unhealthy or hung. Probed until it answers again; never restarted.
+    GONE = "GONE"
 
 
 # -- the job ---------------------------------------------------------------------------------
@@ -246,6 +249,9 @@ class ServerStatus(Record):
     # Lives in a row that ended in failure without serving (servers.max_unserved_failures
     # of them: FAILED).
     unserved_in_row: int = 0
+    # Where the server is not the daemon's own (servers.attach): its URL. The daemon
+    # supervises and feeds it but never starts, restarts or stops it.
+    attached_url: str | None = None
 
 
 @dataclass(frozen=True)

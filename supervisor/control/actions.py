@@ -31,6 +31,7 @@ from supervisor.contract.pause_sources import LIFTABLE, PauseSource
 from supervisor.contract.status import flag_value
 from supervisor.control.peer import actor_of
 from supervisor.dispatch.dispatcher import Dispatcher
+from supervisor.servers.attached_server import AttachedServer, refusal
 from supervisor.servers.fleet import Fleet, RollBusy, RollingResult, RollTicket
 
 log = logging.getLogger("supervisor.control")
@@ -75,11 +76,19 @@ class Actions:
         return self.job.fleet
 
     def server_names(self) -> list[str]:
-        return list(self.fleet.servers)
+        """The servers a restart or retune of all acts on: the daemon's own."""
+        return [s.name for s in self.fleet.own_servers]
 
     def check_server(self, name: str) -> None:
         if name not in self.fleet.servers:
             raise Refused(404, f"no server named {name!r} (have {', '.join(self.fleet.servers)})")
+
+    def check_own(self, name: str, action: str) -> None:
+        """An attached server (servers.attach) is never restarted, retuned or reset here."""
+        self.check_server(name)
+        server = self.fleet.servers[name]
+        if isinstance(server, AttachedServer):
+            raise Refused(409, refusal(name, server.target.url, action))
 
     async def audit(self, action: str, caller: c.Caller | None, request: Any,
                     result: Any) -> None:
@@ -166,7 +175,7 @@ class Actions:
 
     async def restart(self, req: RestartRequest, caller: c.Caller | None) -> RestartResult:
         if req.server is not None:
-            self.check_server(req.server)
+            self.check_own(req.server, "restart")
         order = (req.server,) if req.server else tuple(self.server_names())
         what = f"restart of {req.server}" if req.server else "rolling restart"
         actor = actor_of(caller)
@@ -179,8 +188,11 @@ class Actions:
         if not req.flags:
             raise Refused(400, "retune: no flags given")
         if req.server is not None:
-            self.check_server(req.server)
+            self.check_own(req.server, "retune")
         targets = [req.server] if req.server else self.server_names()
+        if not targets:
+            raise Refused(409, "retune: the daemon runs no server of its own (attached servers "
+                               "run the flags their own job gives them)")
         current = self.fleet.flags(targets[0])
         changes: list[FlagChange] = []
         flags: dict[str, Any] = {}
@@ -211,7 +223,7 @@ class Actions:
         return result
 
     async def reset(self, name: str, caller: c.Caller | None) -> ResetResult:
-        self.check_server(name)
+        self.check_own(name, "reset")
         state = self.fleet.servers[name].state
         if state is not c.ServerState.FAILED:
             raise Refused(409, f"{name} is {state.value}, not FAILED: reset only restarts a "

@@ -16,15 +16,24 @@ log = logging.getLogger("supervisor.job")
 WARN_EVERY_S = 60.0
 
 
+# An attached server that went away (GONE) generates nothing either: a job whose servers are
+# all FAILED or GONE waits as silently as one whose servers all FAILED.
+DOWN = (ServerState.FAILED, ServerState.GONE)
+
+
 def all_failed(status: JobStatus) -> bool:
-    return bool(status.servers) and all(s.state is ServerState.FAILED for s in status.servers)
+    return bool(status.servers) and all(s.state in DOWN for s in status.servers)
 
 
 def alarm_text(status: JobStatus) -> str:
     names = " ".join(s.name for s in status.servers)
-    return (f"every server FAILED ({'; '.join(f'{s.name}: {s.state_reason}' for s in status.servers)}); "
-            f"nothing is generated until an operator acts: `dflash-supervisor ctl reset NAME` "
-            f"(servers: {names})")
+    why = '; '.join(f'{s.name}: {s.state_reason}' for s in status.servers)
+    if not any(s.state is ServerState.GONE for s in status.servers):
+        return (f"every server FAILED ({why}); nothing is generated until an operator acts: "
+                f"`dflash-supervisor ctl reset NAME` (servers: {names})")
+    return (f"every server FAILED or GONE ({why}); nothing is generated until one is back: "
+            "attached servers are probed until they answer, a FAILED one needs "
+            f"`dflash-supervisor ctl reset NAME` (servers: {names})")
 
 
 class AllFailedAlarm:
@@ -39,7 +48,7 @@ class AllFailedAlarm:
         if not all_failed(status):
             if self._last is not None:
                 log.warning("servers are back: %d of %d not FAILED", sum(
-                    1 for s in status.servers if s.state is not ServerState.FAILED), len(status.servers))
+                    1 for s in status.servers if s.state not in DOWN), len(status.servers))
             self._last = None
             return False
         now = self.clock()

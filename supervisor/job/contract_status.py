@@ -51,7 +51,7 @@ def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
                                if e.server == s.name), None),
         **_sglang(s.sglang), inflight_limit=s.inflight_limit,
         inflight_limit_reason=s.inflight_limit_reason, waiting=s.waiting,
-        unserved_in_row=s.unserved_in_row)
+        unserved_in_row=s.unserved_in_row, attached_url=s.attached_url)
 
 
 def _sglang(v: SglangView) -> dict[str, Any]:

@@ -85,6 +85,11 @@ def _fields(s: JobStatus) -> dict[str, list[str]]:
     if s.servers and all(srv.state is ServerState.FAILED for srv in s.servers):
         f["all_failed"] = ["EVERY SERVER FAILED: `dflash-supervisor ctl reset NAME` to start "
                            "one again"]
+    elif s.servers and all(srv.state in (ServerState.FAILED, ServerState.GONE)
+                           for srv in s.servers):
+        # Attached servers that went away are probed until they answer: nothing to reset.
+        f["all_failed"] = ["EVERY SERVER DOWN (FAILED or GONE): nothing is generated until "
+                           "one is back"]
     return f
 
 

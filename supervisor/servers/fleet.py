@@ -32,6 +32,8 @@ from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.flag_check import require_accepted_retune
 from supervisor.servers.adoption import Action, judge
+from supervisor.servers.attached_server import AttachedServer, NotOurs, refusal
+from supervisor.config.attach_urls import attach_targets
 from supervisor.servers.launch_command import build_specs, server_devices
 from supervisor.servers.launcher import Launcher, choose_launcher
 from supervisor.servers.managed_server import Dispatching, FleetContext, ManagedServer
@@ -109,6 +111,7 @@ class Fleet:
         self._changed = anyio.Event()
         self._roll_ticket: RollTicket | None = None
         specs = build_specs(config.servers)
+        targets = attach_targets(config.servers.attach)
         launcher = o.launcher
         if launcher is None:
             try:
@@ -120,7 +123,8 @@ class Fleet:
             store_call=self._store_call, dispatcher=dispatcher,
             client=None,  # type: ignore[arg-type]  # set in run()
             clock=o.clock, monotonic=o.monotonic, on_change=self._on_change,
-            proc_limiter=anyio.CapacityLimiter(2 * len(specs) + 2), launcher=launcher,
+            proc_limiter=anyio.CapacityLimiter(2 * (len(specs) + len(targets)) + 2),
+            launcher=launcher,
             base_env=None if o.base_env is None else dict(o.base_env), cwd=o.cwd,
             exit_poll_s=o.exit_poll_s, startup_probe_s=o.startup_probe_s,
             kill_wait_s=o.kill_wait_s, keep_on_exit=lambda: self.keep_servers_on_exit)
@@ -133,6 +137,14 @@ class Fleet:
             policy = RestartPolicy.from_config(config.servers, random.Random(rng.random()))
             self.servers[spec.name] = ManagedServer(
                 spec.name, spec.gpus, spec.port, self.live, self._ctx, server_log, policy)
+        # Servers it did not launch (servers.attach): the same supervision, never a launch,
+        # restart or stop (attached_server.py).
+        for target in targets:
+            server_log = ServerLog(log_dir / f"{target.name}.log", o.log_max_bytes,
+                                   o.log_backups, o.tail_lines)
+            policy = RestartPolicy.from_config(config.servers, random.Random(rng.random()))
+            self.servers[target.name] = AttachedServer(target, self.live, self._ctx,
+                                                       server_log, policy)
 
     @property
     def config(self) -> JobConfig:
@@ -234,7 +246,8 @@ class Fleet:
         that is still loading). Waits for another roll (an operator's) to finish first."""
         targets = [self.servers[n] for n in names]
         limit = self.config.servers.startup_timeout_s + 60.0
-        settled = (ServerState.READY, ServerState.BACKOFF, ServerState.FAILED)
+        settled = (ServerState.READY, ServerState.BACKOFF, ServerState.FAILED,
+                   ServerState.GONE)
         with anyio.move_on_after(limit):
             while not all(s.state in settled for s in self.servers.values()):
                 await self.wait_changed()
@@ -305,6 +318,18 @@ class Fleet:
     def flags(self, name: str) -> dict[str, Any]:
         return dict(self._server(name).servers.flags)
 
+    @property
+    def own_servers(self) -> list[ManagedServer]:
+        """The servers the daemon launched (restarts and retunes act on these only)."""
+        return [s for s in self.servers.values() if s.restartable]
+
+    def _own(self, name: str, action: str) -> ManagedServer:
+        """The named server, or NotOurs when it is attached (never restarted by us)."""
+        server = self._server(name)
+        if isinstance(server, AttachedServer):
+            raise NotOurs(refusal(name, server.target.url, action))
+        return server
+
     def _server(self, name: str) -> ManagedServer:
         try:
             return self.servers[name]
@@ -346,7 +371,7 @@ class Fleet:
         """Drain, stop and start one server, or all of them one at a time. Returns when done.
         `ticket`: a roll the caller reserved; without one it is reserved here (RollBusy)."""
         with self._holding(ticket, f"restart of {name}" if name else "rolling restart"):
-            targets = [self._server(name)] if name else list(self.servers.values())
+            targets = [self._own(name, "restart")] if name else self.own_servers
             return await self._roll(targets, actor, "restart requested")
 
     async def retune(self, flags: Mapping[str, Any], name: str | None, actor: str,
@@ -363,7 +388,10 @@ class Fleet:
 
     async def _retune(self, flags: Mapping[str, Any], name: str | None, actor: str,
                       flags_checked: bool) -> RollingResult:
-        targets = [self._server(name)] if name else list(self.servers.values())
+        targets = [self._own(name, "retune")] if name else self.own_servers
+        if not targets:
+            return RollingResult((), "*", "no server of the daemon's own to retune (attached "
+                                 "servers run the flags their own job gives them)")
         try:
             new = self.live.retuned(flags, [s.name for s in targets])
             if not flags_checked:
@@ -389,7 +417,7 @@ class Fleet:
 
     async def reset(self, name: str, actor: str = "operator") -> bool:
         """FAILED → STARTING with a clean failure history; False if it was not FAILED."""
-        server = self._server(name)
+        server = self._own(name, "reset")
         if server.state is not ServerState.FAILED:
             return False
         server.request("reset", actor, "operator reset")

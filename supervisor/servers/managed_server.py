@@ -46,7 +46,8 @@ from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_slots import server_slots
-from supervisor.servers.server_state import ServerSnapshot, ServerState, check_transition
+from supervisor.servers.server_state import (ALLOWED_TRANSITIONS, ServerSnapshot, ServerState,
+                                             check_transition)
 from supervisor.servers.progress_reading import ProgressReader, ServerProgressView
 from supervisor.servers.sglang_monitor import SglangMonitor
 from supervisor.servers.watchers import (Decision, Failure, Request, has_exited, watch_exit,
@@ -106,6 +107,9 @@ class _Ready:
 
 
 class ManagedServer:
+    # The life cycle this server may go through (an attached server has its own).
+    TRANSITIONS = ALLOWED_TRANSITIONS
+
     def __init__(self, name: str, gpus: tuple[int, ...], port: int, live: LiveSettings,
                  ctx: FleetContext, server_log: ServerLog, policy: RestartPolicy) -> None:
         self.name = name
@@ -443,21 +447,22 @@ class ManagedServer:
         # rolling restart waiting for this server) finds the limit the server now serves at.
         self.endpoint = endpoint
         try:
-            await self._transition(S.READY, ready_reason, pid=proc.pid,
+            await self._transition(S.READY, ready_reason, pid=proc.pid or None,
                                    max_running=endpoint.max_running, slots_from=slots.source,
                                    **({"slots_why": slots.why} if slots.why else {}))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(serve)
                 with decision.scope:
                     async with anyio.create_task_group() as watch:
-                        watch.start_soon(watch_exit, proc, decision, self.ctx.exit_poll_s)
+                        watch.start_soon(self._watch_alive, proc, decision)
                         # The watchers read this server's settings at each check, so a
                         # reload's timings apply within one interval, not from the next life.
                         watch.start_soon(watch_health, self.name, self.ctx.client,
                                          spec.base_url, lambda: self.servers, decision, log)
                         watch.start_soon(watch_progress, self.progress_reader.read,
                                          lambda: self.servers, decision, rule)
-                        watch.start_soon(watch_requests, self._wait_request, decision)
+                        if self.restartable:
+                            watch.start_soon(watch_requests, self._wait_request, decision)
                         watch.start_soon(self.sglang.watch, self.ctx.client, spec.base_url,
                                          proc.argv, self.servers.health_interval_s,
                                          self._in_flight)
@@ -478,6 +483,13 @@ class ManagedServer:
             with anyio.CancelScope(shield=True):
                 await self.sglang.end_life()
         return outcome
+
+    # An attached server (attached_server.py) is watched by its port, not a process, and
+    # takes no operator's restart.
+    restartable = True
+
+    async def _watch_alive(self, proc: ServerProcess, decision: Decision) -> None:
+        await watch_exit(proc, decision, self.ctx.exit_poll_s)
 
     async def _drain(self, proc: ServerProcess, serve_done: anyio.Event) -> Failure | None:
         timeout = self.servers.drain_timeout_s
@@ -573,13 +585,13 @@ class ManagedServer:
     async def _transition(self, new: ServerState, reason: str, actor: str = "supervisor",
                           **detail: Any) -> None:
         old = self.state
-        check_transition(old, new)
+        check_transition(old, new, self.TRANSITIONS)
         self.state, self.state_since, self.state_reason = new, self.ctx.clock(), reason
         if new is S.READY:
             self.ready_since = self.state_since
         elif new is not S.DRAINING:
             self.ready_since = None
-        failing = new in (S.BACKOFF, S.FAILED) or (new is S.STOPPING and actor == "supervisor"
+        failing = new in (S.BACKOFF, S.FAILED, S.GONE) or (new is S.STOPPING and actor == "supervisor"
                                                    and reason != "supervisor shutting down")
         log.log(logging.WARNING if failing else logging.INFO, "%s: %s -> %s: %s",
                 self.name, old, new, reason)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from supervisor.contract.status import ServerState
 from supervisor.servers.sglang_view import SglangView
 
-__all__ = ["ALLOWED_TRANSITIONS", "IllegalTransition", "ServerSnapshot", "ServerState",
+__all__ = ["ALLOWED_TRANSITIONS", "ATTACHED_TRANSITIONS", "IllegalTransition", "ServerSnapshot", "ServerState",
            "check_transition"]
 
 
@@ -41,8 +41,21 @@ class IllegalTransition(RuntimeError):
     """A server was about to move between states the table does not allow: a bug."""
 
 
-def check_transition(old: ServerState, new: ServerState) -> None:
-    if new not in ALLOWED_TRANSITIONS[old]:
+# An attached server (servers.attach): never launched, restarted or stopped by the daemon.
+# STARTING is the first probes; GONE is unreachable, unhealthy or hung, probed until it
+# answers again; STOPPED is the daemon's own end (the server itself runs on).
+ATTACHED_TRANSITIONS: dict[ServerState, frozenset[ServerState]] = {
+    S.STOPPED: frozenset({S.STARTING}),
+    S.STARTING: frozenset({S.READY, S.GONE, S.STOPPED}),
+    S.READY: frozenset({S.GONE, S.STOPPED}),
+    S.GONE: frozenset({S.READY, S.STOPPED}),
+}
+
+
+def check_transition(old: ServerState, new: ServerState,
+                     table: dict[ServerState, frozenset[ServerState]] = ALLOWED_TRANSITIONS
+                     ) -> None:
+    if new not in table.get(old, frozenset()):
         raise IllegalTransition(f"server state {old} -> {new} is not an allowed transition")
 
 
@@ -74,3 +87,5 @@ class ServerSnapshot:
     waiting: int = 0
     # Lives in a row that ended in failure without serving (restart_policy.py).
     unserved_in_row: int = 0
+    # An attached server's URL (servers.attach); None for the daemon's own.
+    attached_url: str | None = None

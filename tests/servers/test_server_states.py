@@ -16,8 +16,8 @@ from supervisor.servers.managed_server import FleetContext, ManagedServer
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.process_launcher import ProcessLauncher
 from supervisor.servers.server_log import ServerLog
-from supervisor.servers.server_state import (ALLOWED_TRANSITIONS, IllegalTransition,
-                                             ServerState, check_transition)
+from supervisor.servers.server_state import (ALLOWED_TRANSITIONS, ATTACHED_TRANSITIONS,
+                                             IllegalTransition, ServerState, check_transition)
 
 S = ServerState
 
@@ -34,12 +34,31 @@ EXPECTED = {
     (S.BACKOFF, S.STARTING), (S.BACKOFF, S.STOPPED),
     (S.FAILED, S.STARTING), (S.FAILED, S.STOPPED),
 }
+# An attached server (servers.attach): never launched, restarted or stopped by the daemon.
+ATTACHED = {
+    (S.STOPPED, S.STARTING),
+    (S.STARTING, S.READY), (S.STARTING, S.GONE), (S.STARTING, S.STOPPED),
+    (S.READY, S.GONE), (S.READY, S.STOPPED),
+    (S.GONE, S.READY), (S.GONE, S.STOPPED),
+}
+# GONE is an attached server's state only; the daemon's own servers never take it.
+OWN_STATES = set(ServerState) - {S.GONE}
 PAIRS = list(itertools.product(ServerState, repeat=2))
 
 
 def test_the_table_is_exactly_the_expected_transitions():
-    assert set(ALLOWED_TRANSITIONS) == set(ServerState)
+    assert set(ALLOWED_TRANSITIONS) == OWN_STATES
     assert {(a, b) for a, targets in ALLOWED_TRANSITIONS.items() for b in targets} == EXPECTED
+    assert {(a, b) for a, targets in ATTACHED_TRANSITIONS.items() for b in targets} == ATTACHED
+
+
+@pytest.mark.parametrize("old,new", PAIRS, ids=lambda s: str(s))
+def test_the_attached_table_allows_exactly_its_pairs(old, new):
+    if (old, new) in ATTACHED:
+        check_transition(old, new, ATTACHED_TRANSITIONS)
+    else:
+        with pytest.raises(IllegalTransition, match=f"{old} -> {new}"):
+            check_transition(old, new, ATTACHED_TRANSITIONS)
 
 
 @pytest.mark.parametrize("old,new", [p for p in PAIRS if p in EXPECTED],
@@ -56,18 +75,21 @@ def test_refused_pair_raises_naming_both_states(old, new):
 
 
 def test_every_state_is_reachable_and_every_state_can_reach_stopped():
-    def reachable(start: ServerState) -> set[ServerState]:
+    def reachable(start: ServerState, table=ALLOWED_TRANSITIONS) -> set[ServerState]:
         seen, todo = {start}, [start]
         while todo:
-            for nxt in ALLOWED_TRANSITIONS[todo.pop()]:
+            for nxt in table[todo.pop()]:
                 if nxt not in seen:
                     seen.add(nxt)
                     todo.append(nxt)
         return seen
 
-    assert reachable(S.STOPPED) == set(ServerState)
+    assert reachable(S.STOPPED) == OWN_STATES
     # The daemon can always shut a server down, whatever state it is in.
-    assert all(S.STOPPED in reachable(s) for s in ServerState)
+    assert all(S.STOPPED in reachable(s) for s in OWN_STATES)
+    attached = set(ATTACHED_TRANSITIONS)
+    assert reachable(S.STOPPED, ATTACHED_TRANSITIONS) == attached
+    assert all(S.STOPPED in reachable(s, ATTACHED_TRANSITIONS) for s in attached)
 
 
 def _server(tmp_path: Path, events: list[tuple]) -> ManagedServer:

@@ -234,6 +234,12 @@ class MainScreen(Screen[None]):
     @on(ServerTable.RestartRequested)
     def restart_server(self, event: ServerTable.RestartRequested) -> None:
         name = event.server.name
+        if event.server.attached_url is not None:
+            # The daemon would refuse it (409): said at once, no confirm to click through.
+            self.notify(f"{name} is attached ({event.server.attached_url}): the daemon never "
+                        "restarts it; restart it where it runs", title="restart",
+                        severity="warning")
+            return
         self._confirm("Restart server",
                       f"Restart {name} ({event.server.state.value})? Its in-flight requests "
                       "finish first, then it stops and starts again.", "Restart",

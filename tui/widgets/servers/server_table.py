@@ -23,6 +23,9 @@ STATE_STYLE = {
     ServerState.STOPPED: "dim",
     ServerState.BACKOFF: "bold dark_orange",
     ServerState.FAILED: "bold white on red",
+    # An attached server that went away (unreachable, unhealthy or hung): not ours to
+    # restart, so not FAILED's alarm red, but as loud as a back-off.
+    ServerState.GONE: "bold magenta",
 }
 
 # (key, heading): the order an operator scans a row in; the long reason goes last.
@@ -119,6 +122,11 @@ def row_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> dict[str, Tex
     if server.tokens_per_joule is not None and power != "n/a":
         power = f"{power} {server.tokens_per_joule:.1f}t/J"
     exit_reason = one_line(server.last_exit_reason or "", 60) or "—"
+    if server.attached_url is not None:
+        # Never launched here, so no exit: where it is, and while GONE since when and why
+        # ("unreachable since 12:03:41: connection refused").
+        exit_reason = one_line(server.state_reason if server.state is ServerState.GONE
+                               else f"attached {server.attached_url}", 60)
     return {
         "server": server.name,
         "state": Text(server.state.value, style=STATE_STYLE.get(server.state, "")),
