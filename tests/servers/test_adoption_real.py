@@ -82,7 +82,10 @@ def one(url, rid):
                         reason = c.get("finish_reason") or reason
     except Exception as exc:
         reason = type(exc).__name__
-    print(json.dumps({"rid": rid, "finish_reason": reason}), flush=True)
+    with lock:    # print() writes the line and its newline apart: threads interleave
+        sys.stdout.write(json.dumps({"rid": rid, "finish_reason": reason}) + "\n")
+        sys.stdout.flush()
+lock = threading.Lock()
 threads = [threading.Thread(target=one, args=(url, rid)) for url, rid in json.loads(sys.argv[1])]
 for t in threads: t.start()
 for t in threads: t.join()
