@@ -314,6 +314,11 @@ class SaturationGuard:
             if running is not None and running < self.limit:
                 target = min(target, running)
                 how = f"to the {running} SGLang runs"
+            # The sign may name a queue (it came first); say what allowed a cut this deep.
+            if poll.retracting:
+                how += " (SGLang is retracting: its KV pool filled)"
+            elif pool_full and poll.token_usage is not None:
+                how += f" (KV pool full: {poll.token_usage:.0%})"
         elif _queues_ours(poll) and self._queue_run is not None:
             if poll.at - self._queue_run[0] < self.policy.settle_s:
                 return None      # not held long enough yet, or SGLang is still admitting

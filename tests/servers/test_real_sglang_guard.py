@@ -1,5 +1,5 @@
 """Against the real, unmodified SGLang 0.5.23 server on this CPU-only machine
-(/work/shared/tools/sglang-cpu: a tiny random-weight Qwen2 model, ~20 s to healthy, slow
+(../shared/tools/sglang-cpu: a tiny random-weight Qwen2 model, ~20 s to healthy, slow
 decode), not the simulator:
 
 - the saturation guard on a real job: 12 allowed, 700 max tokens, a 4096-token KV pool.
@@ -52,7 +52,7 @@ pytestmark = [pytest.mark.real_sglang, pytest.mark.slow, pytest.mark.timeout(120
 def _need_sglang() -> None:
     if not (PYTHON.exists() and MODEL.exists()):
         pytest.skip(f"REAL SGLANG NOT RUN: {SGLCPU} has no venv/bin/python or tiny model "
-                    f"(set it up with /work/shared/tools/sglang-cpu setup && ... model)")
+                    f"(set it up with ../shared/tools/sglang-cpu setup && ... model)")
 
 
 def _argv(port: int, flags: dict[str, Any]) -> list[str]:
@@ -213,8 +213,8 @@ async def test_the_guard_settles_at_what_sglang_runs_on_a_loaded_server(
         # its pool had room: to the running count for a held queue, or a step for
         # retractions once the pool really filled (700-token answers outgrow 4096 tokens).
         assert "collapsed" not in m["reason"], moves_text
-        assert f"to the {m['to']} SGLang runs" in m["reason"] or "retracting" in m["reason"], \
-            moves_text
+        assert (f"to the {m['to']} SGLang runs" in m["reason"] or "retracting" in m["reason"]
+                or "KV pool full" in m["reason"]), moves_text
     queue_cuts = [m for m in downs if "queue" in m["reason"]]
     # No spiral: one cut answers a queue; another only after the first has drained.
     assert len(queue_cuts) <= 2, moves_text

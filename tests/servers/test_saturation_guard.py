@@ -94,6 +94,12 @@ def test_cuts_wait_for_the_last_one_to_drain_then_settle():
     polls += [poll(8.0, over=True, retracting=True, in_flight=28)]
     changes = run(g, polls)
     assert [(c.old, c.new) for c in changes] == [(32, 28), (28, 24)]
+    # Each says what allowed a cut below the queue's running count.
+    assert all("SGLang is retracting" in c.reason for c in changes), changes
+    # The gauge at kv_full says so with its figure.
+    g = SaturationGuard(32, POLICY)
+    [change] = run(g, [poll(0.0, over=True, running=None, usage=FULL)])
+    assert f"KV pool full: {FULL:.0%}" in change.reason, change
 
 
 def test_raised_back_one_step_per_calm_interval_up_to_the_max():
