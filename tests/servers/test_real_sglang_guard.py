@@ -163,7 +163,8 @@ async def test_the_guard_settles_at_what_sglang_runs_on_a_loaded_server(
                              # the fixture's simulator flags, off for real SGLang
                              "sim-tokens-per-s": None, "sim-time-scale": None,
                              "sim-startup-s": None}
-    cfg = job_config(tmp_path, servers=1, prompts=200, flags=flags, command=command,
+    # Enough prompts to outlast the two minutes sampled on a quiet machine too (200 did not).
+    cfg = job_config(tmp_path, servers=1, prompts=1000, flags=flags, command=command,
                      model_path=str(MODEL), startup_timeout_s=STARTUP_S, health_interval_s=1.0,
                      health_timeout_s=30.0, hang_timeout_s=300.0)
     cfg = replace(cfg, generation=replace(cfg.generation, max_tokens=700),
