@@ -206,21 +206,24 @@ def test_a_small_kv_pool_queues_what_does_not_fit(fidelity_server: FidelityServe
     max new tokens fit in what the running ones leave, an `ignore_eos` request reserving
     all of its budget (ratio 1.0, :787). Six requests of ~312 prompt tokens (real tokenizer;
     ~450 here) + 40 new ones in a 1,024-token pool: two run, the rest wait in the queue with
-    no output (sglang:num_queue_reqs) and run later."""
+    no output (sglang:num_queue_reqs) and run later. Each prompt differs from its first
+    words: the radix cache admits a request by its uncached tokens only, so once the first
+    of six identical prompts was prefilled the other five fit at once (seen in CI, where the
+    first prefill ran before the others arrived, and the queue stayed 0)."""
     results: list[object] = []
 
-    def run() -> None:
+    def run(i: int) -> None:
         try:
             with httpx.Client(trust_env=False, timeout=300) as c:
                 r = c.post(fidelity_server.base_url + "/v1/chat/completions",
-                           json=_body(fidelity_server, "hello world " * 150, max_tokens=40,
-                                      ignore_eos=True))
+                           json=_body(fidelity_server, f"request {i}: " + "hello world " * 150,
+                                      max_tokens=40, ignore_eos=True))
             results.append(r.json()["usage"]["completion_tokens"] if r.status_code == 200
                            else r.status_code)
         except httpx.HTTPError as exc:
             results.append(repr(exc))
 
-    threads = [threading.Thread(target=run) for _ in range(6)]
+    threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
     for t in threads:
         t.start()
     seen: list[tuple[float, float]] = []
@@ -233,7 +236,7 @@ def test_a_small_kv_pool_queues_what_does_not_fit(fidelity_server: FidelityServe
             seen.append((_sample(fidelity_server, "sglang:num_running_reqs") or 0,
                          _sample(fidelity_server, "sglang:num_queue_reqs") or 0))
             return seen[-1][1] >= 1
-        assert wait_for(queued, 240, poll_s=0.05), seen[-20:]
+        assert wait_for(queued, 240, poll_s=0.05), (max(seen), len(seen), results)
         assert max(running for running, _ in seen) <= 2, seen
     finally:
         for t in threads:
