@@ -5,7 +5,7 @@ Labelled set, per simulator seed:
 (a) answers streamed by the real simulator process (`python -m supervisor.sim --sim-instant
     --sim-loop-share S --reasoning-parser qwen3`), for synthetic prompts and for every turn of
     the real questions (tests/fixtures/prompts/chat_questions.jsonl and
-    /work/shared/data/*.jsonl, read at run time), half of them thinking (the loop is then in
+    ../shared/data/*.jsonl, read at run time), half of them thinking (the loop is then in
     the reasoning stream) and half not (in the answer). The label is the simulator's own plan
     (`looping_text.loop_plan` / `loop_visible` on the prompt's digest: what the simulator
     decided to write), never the watcher. The watcher reads the simulator's deltas as they
@@ -54,7 +54,7 @@ from supervisor.demo.free_ports import free_port  # noqa: E402
 from supervisor.sim.launch import kill_group, sim_argv, wait_healthy  # noqa: E402
 
 QUESTION_FILES = [ROOT / "tests" / "fixtures" / "prompts" / "chat_questions.jsonl",
-                  *sorted(Path("/work/shared/data").glob("*.jsonl"))]
+                  *sorted((ROOT.parent / "shared" / "data").glob("*.jsonl"))]
 CONTEXT = 40960
 CONCURRENCY = 8
 DOC_CHARS = 16384

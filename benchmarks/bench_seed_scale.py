@@ -1,7 +1,7 @@
 """Seed scale: the job this tool exists for, 900,000 thinking answers of ~11.5 KB on one node,
 taken to 100% done and measured on the way.
 
-Prompts: every turn of the 160 MT-bench and Vicuna-bench questions in /work/shared/data (read
+Prompts: every turn of the 160 MT-bench and Vicuna-bench questions in ../shared/data (read
 at run time, never stored here), in variants (turn pairs, a numbered request, a second turn),
 so lines are real text of real lengths and every id is distinct.
 
@@ -61,9 +61,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from harness import ROOT, spawn  # noqa: E402
+from harness import ROOT, SHARED_DATA, spawn  # noqa: E402
 
-DATA = Path("/work/shared/data")
+DATA = SHARED_DATA
 SHARD = 500
 BATCH = 2_000
 INTERVAL_ANSWERS = 9_000          # 15 minutes at 10 answers/s

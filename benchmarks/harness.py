@@ -24,6 +24,8 @@ from supervisor.demo.free_ports import free_base_port, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 # Real chat questions (a JSONL file of prompts) for the benchmarks that want real text.
+# FastChat's MT-bench and Vicuna-bench questions, beside the repository (never stored in it).
+SHARED_DATA = Path(os.environ.get("DFLASH_REAL_PROMPT_SETS", ROOT.parent / "shared" / "data"))
 CHAT_QUESTIONS = ROOT / "tests" / "fixtures" / "prompts" / "chat_questions.jsonl"
 
 

@@ -2,7 +2,7 @@
 when it lowers a server's in-flight limit, by how much, and how carefully it raises it.
 
 The figures of the spiral below are SGLang 0.5.23's on a 4096-token KV pool (the CPU server,
-/work/shared/tools/sglang-cpu) at 12 allowed and 700 max tokens: it ran 7 and queued 5 with
+../shared/tools/sglang-cpu) at 12 allowed and 700 max tokens: it ran 7 and queued 5 with
 its pool 28-32% used -- its scheduler admits by reserved tokens, not used ones
 (sglang/srt/managers/schedule_policy.py PrefillAdder, rem_total_tokens)."""
 

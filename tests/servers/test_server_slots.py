@@ -129,7 +129,7 @@ async def test_the_simulated_sglang_reports_its_own_limit(
             Slots(3, "dispatch")
 
 
-# SGLang 0.5.23's /server_info on the CPU server (/work/shared/tools/sglang-cpu: 4096-token
+# SGLang 0.5.23's /server_info on the CPU server (../shared/tools/sglang-cpu: 4096-token
 # KV pool, no --max-running-requests), the keys read here: `dp_size` and `attn_dp_size`
 # come from ServerArgs.resolved_dict (sglang/srt/server_args.py:316; the fields at
 # sglang/srt/arg_groups/fields/parallel.py:73,81), `max_running_requests` is null without
