@@ -78,7 +78,8 @@ def describe(event: Event) -> str:
         return f"{event.subject}: stopped a server left by an earlier daemon"
     if k == EventKind.SERVER_ADOPTED:
         return (f"{event.subject}: adopted pid {d.get('pid', '?')}, up "
-                f"{duration(d.get('up_s'), '?')}, left by an earlier daemon"
+                f"{duration(d.get('up_s'), '?')}, "
+                f"{d.get('why') or 'left running by an earlier daemon'}"
                 + (f"; {d['aborted']} answers it left in flight aborted" if d.get("aborted")
                    else "") + ("; flags differ: rolling restart" if d.get("roll") else ""))
     if k == EventKind.ADOPTION_REFUSED:

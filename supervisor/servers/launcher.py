@@ -13,7 +13,12 @@ A launcher does three things, each blocking (the fleet calls them in worker thre
   proof (command line, port, job token).
 - `stop(proc, grace_s, kill_wait_s)`: SIGTERM the whole group (SGLang's schedulers hold GPU
   memory), SIGKILL after `grace_s`; "stopped" means no live member is left. Returns
-  process_group.stop_group's word ("gone", "terminated", "killed", "stuck").
+  process_group.stop_group's word ("gone", "terminated", "killed", "stuck"; the systemd
+  launcher adds "replaced": the unit already runs another life, not this handle's).
+
+A launcher with units of its own (systemd) also has `started_outside(name)`: the record of
+a life its unit runs that this daemon did not start (an operator's `systemctl restart`),
+for unit_takeover.py to prove and take over.
 
 A server whose process is not the daemon's child (adopted, or a systemd unit's) has no exit
 code to collect: its handle's `exited` turns true when the leader is gone, and

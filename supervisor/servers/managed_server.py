@@ -42,6 +42,7 @@ from supervisor.servers.port_owner import (PortHolder, foreign_listener, port_ho
                                            served_by_group)
 from supervisor.servers.launcher import LaunchRequest, Launcher
 from supervisor.servers.left_in_flight import abort_left
+from supervisor.servers.unit_takeover import WHY as TAKEOVER_WHY, take_over
 from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
@@ -100,6 +101,7 @@ class _Adoption:
     proc: ServerProcess
     left_in_flight: list[InFlightClaim]
     roll: bool                  # its flags differ from the config's: a roll replaces it
+    why: str = "left running by an earlier daemon"
 
 
 class _Ready:
@@ -305,6 +307,8 @@ class ManagedServer:
         self._life_progress = None
         spec = self.spec
         adoption, self._adoption = self._adoption, None
+        if adoption is None:
+            adoption = await self._unit_started_outside(spec)
         if adoption is not None:
             await self._adopted_life(adoption, spec)
             return
@@ -338,8 +342,23 @@ class ManagedServer:
             outcome = await self._serve(proc, spec)
         await self._end(proc, outcome)
 
+    async def _unit_started_outside(self, spec: ServerSpec) -> _Adoption | None:
+        """Its unit's life an operator started with systemctl, proven ours (unit_takeover.py),
+        recorded as this server's process so a later daemon can adopt it too."""
+        verdict = await anyio.to_thread.run_sync(
+            take_over, self.name, spec, self.ctx.launcher, self.ctx.job_token,
+            self.ctx.base_env, self.servers.stop_grace_s, self.ctx.kill_wait_s,
+            limiter=self.ctx.proc_limiter)
+        if verdict is None or verdict.proc is None:
+            return None
+        proc = verdict.proc
+        await self.ctx.store_call(Store.record_server_process, self.name, proc.pid, proc.pgid,
+                                  list(proc.argv), proc.started_at)
+        return _Adoption(proc, [], roll=False, why=TAKEOVER_WHY)
+
     async def _adopted_life(self, adoption: _Adoption, spec: ServerSpec) -> None:
-        """A life that began under an earlier daemon: no launch, no model load. Its log is
+        """A life that began under an earlier daemon (or an operator's systemctl restart of
+        its unit): no launch, no model load. Its log is
         followed from where it is, the answers the dead daemon left in flight on it are
         aborted (they were requeued at start, no attempt counted: nobody reads them), and
         one health check makes it READY."""
@@ -351,7 +370,7 @@ class ManagedServer:
         proc.log_mark = self.log.line_count
         self.log.follow()
         self._proc, self._argv = proc, proc.argv
-        await self._transition(S.STARTING, f"{said}, left running by an earlier daemon",
+        await self._transition(S.STARTING, f"{said}, {adoption.why}",
                                argv=list(proc.argv), gpus=list(spec.gpus), pid=proc.pid,
                                adopted=True)
         aborted = await abort_left(self.name, self.ctx.client, spec.base_url,
@@ -359,7 +378,7 @@ class ManagedServer:
         await self._add_event(EventKind.SERVER_ADOPTED, {
             "pid": proc.pid, "up_s": round(up_s, 1), "argv": list(proc.argv),
             "roll": adoption.roll, "left_in_flight": len(adoption.left_in_flight),
-            "aborted": aborted})
+            "aborted": aborted, "why": adoption.why})
         outcome = await self._await_ready(proc, spec)
         if isinstance(outcome, _Ready):
             outcome = await self._serve(proc, spec, f"{said}: /health_generate answered 200")
@@ -512,6 +531,10 @@ class ManagedServer:
             trigger, detail, actor = outcome.trigger, outcome.detail, "supervisor"
         await self._transition(S.STOPPING, detail, actor, pid=proc.pid)
         stopped = await self._stop_process(proc)
+        if stopped == "replaced":
+            # Its unit already runs a new life: an operator's systemctl restart, not a
+            # failure; the next start takes that life over (unit_takeover.py).
+            trigger, detail, actor = Trigger.REQUESTED, f"its unit was {TAKEOVER_WHY}", "systemd"
         reason = classify(trigger, proc.returncode, self.log.lines_since(proc.log_mark), detail)
         self.last_exit = reason
         if not reason.is_failure:

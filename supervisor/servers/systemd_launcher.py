@@ -141,11 +141,33 @@ class SystemdLauncher:
                            adopted=True, unit=unit, invocation=s.get("InvocationID", ""),
                            exit_file=self._exit_file(record.name))
 
+    def started_outside(self, name: str) -> ServerRecord | None:
+        """The server's unit when it runs a life this daemon did not start (an operator's
+        `systemctl restart dflash-sglang@NAME`, which reruns the spec this daemon wrote), as a
+        record adoption.judge can take; None when the unit is not running."""
+        s = show(unit_name(name), "MainPID", "ActiveState")
+        pid = int(s.get("MainPID", "0") or 0)
+        if s.get("ActiveState") not in ("active", "activating") or pid == 0:
+            return None
+        try:
+            p = psutil.Process(pid)
+            return ServerRecord(name, pid, pid, p.cmdline(), p.create_time())
+        except psutil.Error:
+            return None
+
     def stop(self, proc: ServerProcess, grace_s: float, kill_wait_s: float = 10.0) -> str:
         """SIGTERM to the unit's whole cgroup, SIGKILL after grace_s. Returns "gone",
-        "terminated", "killed" or "stuck", as process_group.stop_group does."""
+        "terminated", "killed" or "stuck", as process_group.stop_group does, or "replaced"
+        when the unit already runs another life (restarted outside the daemon): that one is
+        not this handle's to stop."""
         unit = proc.unit or unit_name("?")
-        if self._inactive(unit):
+        if proc.exited:
+            # It ended without us: its unit is finishing that stop, or is already running
+            # a new life (an operator's restart). A stop sent now would cancel that restart.
+            settled = self._settle(unit, proc, kill_wait_s)
+            if settled is not None:
+                return settled
+        elif self._inactive(unit):
             return "gone"
         proc.stopped_by_us = True
         # --no-block: the grace is ours (servers.stop_grace_s), not the unit's TimeoutStopSec.
@@ -158,6 +180,21 @@ class SystemdLauncher:
             return "killed"
         log.error("%s survived SIGKILL (state %s)", unit, show(unit, "ActiveState"))
         return "stuck"
+
+    def _settle(self, unit: str, proc: ServerProcess, timeout_s: float) -> str | None:
+        """"gone" once the unit is down, "replaced" once it runs another invocation; None
+        if it is still deactivating after timeout_s."""
+        ours = proc.invocation if isinstance(proc, UnitProcess) else ""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            s = show(unit, "ActiveState", "InvocationID")
+            if ours and s.get("InvocationID") not in ("", ours):
+                return "replaced"
+            if s.get("ActiveState") in ("inactive", "failed"):
+                return "gone"
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(self.poll_s)
 
     def _inactive(self, unit: str) -> bool:
         # Inactive comes after ExecStopPost: the exit record is written by then.

@@ -315,3 +315,38 @@ def failed_servers(job: Job) -> set[str]:
     rows = job.q("SELECT subject FROM events WHERE kind = 'server_state' AND "
                  "json_extract(detail, '$.to') = 'FAILED'")
     return {name for (name,) in rows}
+
+
+def server_state(job: Job, name: str) -> str | None:
+    rows = job.q("SELECT json_extract(detail, '$.to') FROM events WHERE kind = 'server_state' "
+                 f"AND subject = '{name}' ORDER BY id DESC LIMIT 1")
+    return rows[0][0] if rows else None
+
+
+def test_a_server_unit_restarted_by_hand_is_taken_over_not_failed(box: Box, job: Job) -> None:
+    """An operator's `systemctl restart dflash-sglang@gpu0` (the unit reruns the spec the
+    daemon wrote): the daemon calls its process's end no failure, takes the unit's new life
+    over with the adoption proof, launches nothing of its own, and records the new pid for
+    a later daemon (before, the port was taken at its next start and gpu0 was FAILED)."""
+    box.sh("systemctl", "start", UNIT)
+    box.wait(lambda: job.done() >= 10, "10 prompts done", timeout_s=LOAD_S * 3)
+    old, loads = job.server_pids()["gpu0"], job.loads()
+
+    box.sh("systemctl", "restart", "dflash-sglang@gpu0")
+    new = job.server_pids()["gpu0"]
+    assert new not in ("0", old)
+    box.wait(lambda: f"gpu0: taking over pid {new}" in job.journal(),
+             "the daemon to take gpu0's new life over", timeout_s=60)
+    box.wait(lambda: server_state(job, "gpu0") == "READY", "gpu0 READY again",
+             timeout_s=LOAD_S * 3)
+    done = job.done()
+    box.wait(lambda: job.done() > done + 20, "the job to go on")
+    assert job.server_pids()["gpu0"] == new and job.loads() == loads + 1
+    assert "gpu0" not in failed_servers(job)
+    assert job.q("SELECT pid FROM server_processes WHERE name = 'gpu0'") == [(int(new),)]
+    ends = job.q("SELECT json_extract(detail, '$.exit_kind') FROM events WHERE kind = "
+                 "'server_state' AND subject = 'gpu0' AND json_extract(detail, '$.to') = "
+                 "'STOPPED'")
+    assert ends == [("stopped",)], ends
+    box.sh("systemctl", "stop", UNIT, timeout=240)
+    assert box.pids_of("dflash") == []
