@@ -10,15 +10,16 @@ the same way (launcher.py).
 
 A thread (not an async task) follows the file, because reading it blocks; it keeps the last
 lines for exit classification and for "a server's recent log". Rotation is copy-then-
-truncate: the server keeps its descriptor, and O_APPEND writes land at the new end after
-the truncation. The few bytes a server writes between the copy and the truncation are lost;
-a server cannot be asked to reopen its log, so this is the price of rotating at all.
+truncate (a server cannot be asked to reopen its log): the server keeps its descriptor, and
+its O_APPEND writes land at the new end after the truncation. The copy reads the file to its
+end through the descriptor that then truncates it, and the follower's tail is fed from the
+same reads, so only a write that lands between the last read (which found the end) and the
+truncation is lost: the gap between two system calls, not the length of a copy.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import threading
 import time
 from collections import deque
@@ -152,15 +153,20 @@ class ServerLog:
                 chunk = f.read(1024 * 1024)
                 if not chunk:
                     break
-                self._offset += len(chunk)
-                data = self._partial + chunk
-                lines = data.split(b"\n")
-                self._partial = lines.pop()
-                for raw in lines:
-                    n += self._keep_raw(raw)
-                while len(self._partial) >= _MAX_LINE:
-                    n += self._keep_raw(self._partial[:_MAX_LINE])
-                    self._partial = self._partial[_MAX_LINE:]
+                n += self._feed(chunk)
+        return n
+
+    def _feed(self, chunk: bytes) -> int:
+        """The file's next bytes after `_offset` into the tail, as lines."""
+        n = 0
+        self._offset += len(chunk)
+        lines = (self._partial + chunk).split(b"\n")
+        self._partial = lines.pop()
+        for raw in lines:
+            n += self._keep_raw(raw)
+        while len(self._partial) >= _MAX_LINE:
+            n += self._keep_raw(self._partial[:_MAX_LINE])
+            self._partial = self._partial[_MAX_LINE:]
         return n
 
     def _keep_raw(self, raw: bytes) -> int:
@@ -173,19 +179,33 @@ class ServerLog:
         return n + 1
 
     def _rotate(self) -> None:
-        if self.backups <= 0:
-            with open(self.path, "r+b") as f:
-                f.truncate(0)
-        else:
+        """Copy to `.1` (older copies shifted up), then truncate in place: the server's
+        descriptor stays valid and its O_APPEND writes go to the new end. One descriptor reads
+        the file to its end, copying it and feeding the tail with what the follower had not
+        read yet, and truncates right after the read that found the end."""
+        backup = None
+        if self.backups > 0:
             for i in range(self.backups - 1, 0, -1):
                 older = self.path.with_name(f"{self.path.name}.{i}")
                 if older.exists():
                     older.replace(self.path.with_name(f"{self.path.name}.{i + 1}"))
-            # Copy, then truncate in place: the server's descriptor stays valid (it cannot be
-            # told to reopen a renamed file), and its O_APPEND writes go to the new end.
-            shutil.copyfile(self.path, self.path.with_name(f"{self.path.name}.1"))
+            backup = open(self.path.with_name(f"{self.path.name}.1"), "wb")
+        try:
             with open(self.path, "r+b") as f:
+                at = 0
+                while True:
+                    chunk = f.read(1024 * 1024)
+                    if not chunk:
+                        break
+                    if backup is not None:
+                        backup.write(chunk)
+                    if at + len(chunk) > self._offset:
+                        self._feed(chunk[max(0, self._offset - at):])
+                    at += len(chunk)
                 f.truncate(0)
+        finally:
+            if backup is not None:
+                backup.close()
         self._offset = 0
 
     # -- the follower thread ----------------------------------------------------------------

@@ -82,3 +82,33 @@ def test_an_adopting_daemon_reads_back_the_recent_log(tmp_path: Path) -> None:
         f.write("new\n")
     log.catch_up()
     assert log.lines_since(mark) == ["new"]
+
+
+def test_rotation_under_a_fast_writer_keeps_the_files_and_the_tail_in_step(tmp_path: Path
+                                                                           ) -> None:
+    """A server writing as fast as it can while the follower rotates: what the files hold
+    is in order and once, and the follower's tail saw every line of it. Before, what was
+    written while a rotation copied the file reached the copy but never the tail (the
+    follower went on from the top of the truncated file). A write that lands between the
+    read that found the file's end and the truncation is still lost to both."""
+    n = 300_000
+    log = ServerLog(tmp_path / "w.log", max_bytes=16 * 1024, backups=10_000, tail_lines=10)
+    log.skip_to_end()
+    fd = log.open_for_server()
+    try:
+        writer = subprocess.Popen(
+            [sys.executable, "-c", f"import os\nfor i in range({n}): "
+             "os.write(1, b'line %07d\\n' % i)"], stdout=fd)
+    finally:
+        os.close(fd)
+    deadline = time.monotonic() + 120
+    while writer.poll() is None and time.monotonic() < deadline:
+        log.catch_up()             # as the follower thread does, back to back
+    assert writer.wait(10) == 0
+    log.catch_up(final=True)
+    rotated = sorted(tmp_path.glob("w.log.*"), key=lambda p: -int(p.suffix[1:]))
+    numbers = [int(line.split()[1]) for p in [*rotated, tmp_path / "w.log"]
+               for line in p.read_text().splitlines()]
+    assert rotated and numbers[-1] == n - 1
+    assert numbers == sorted(set(numbers))
+    assert log.line_count == len(numbers), (log.line_count, len(numbers), len(rotated))
