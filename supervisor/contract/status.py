@@ -53,6 +53,17 @@ class ServerState(StrEnum):
     # unreachable, unhealthy or hung. Probed until it answers again; never restarted.
     GONE = "GONE"
 
+    @classmethod
+    def _missing_(cls, value: object) -> ServerState | None:
+        """A state a newer daemon added (as GONE was): kept as its text, equal to no known
+        state, so an older client still reads the snapshot (the versioning rule above)."""
+        if not isinstance(value, str) or not value.isupper() or not value.isidentifier():
+            return None
+        member = str.__new__(cls, value)
+        member._name_ = value
+        member._value_ = value
+        return member
+
 
 # -- the job ---------------------------------------------------------------------------------
 
