@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import signal
 import subprocess
 from pathlib import Path
 from typing import Callable, Iterator
@@ -41,6 +42,20 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 REAL_TIER_ENV = "DFLASH_REAL_SGLANG"
+
+
+@pytest.fixture(autouse=True)
+def _sigint_left_as_found() -> Iterator[None]:
+    """Every child a later test starts in this worker inherits an ignored or blocked SIGINT
+    and cannot be stopped by Ctrl-C (a `status --watch` test then waited 20 s for a child
+    that never saw its SIGINT, in CI). A test that leaves SIGINT so fails here, by name."""
+    def now() -> tuple[object, set[signal.Signals]]:
+        return (signal.getsignal(signal.SIGINT),
+                signal.pthread_sigmask(signal.SIG_BLOCK, []) & {signal.SIGINT})
+    before = now()
+    yield
+    after = now()
+    assert after == before, f"the test left SIGINT changed: {before} -> {after}"
 
 
 

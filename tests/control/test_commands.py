@@ -41,9 +41,18 @@ def test_status_live_text_and_json(d: daemon.Daemon) -> None:
     assert s.daemon_pid == d.proc.pid and len(s.servers) == 2
 
 
+def _as_from_a_shell() -> None:
+    """A child as a shell starts it: Ctrl-C neither ignored nor blocked, whatever this test
+    worker's own threads do with SIGINT meanwhile (a child that inherited either never saw
+    the test's SIGINT, once in CI)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+
+
 def test_status_watch_refreshes_until_interrupted(d: daemon.Daemon) -> None:
     with subprocess.Popen([sys.executable, "-m", "supervisor", "status", "--socket", d.socket,
-                           "--json", "--watch", "0.2"], stdout=subprocess.PIPE, text=True) as proc:
+                           "--json", "--watch", "0.2"], stdout=subprocess.PIPE, text=True,
+                          preexec_fn=_as_from_a_shell) as proc:
         try:
             assert proc.stdout is not None
             lines = [proc.stdout.readline() for _ in range(3)]
