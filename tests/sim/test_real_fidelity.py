@@ -209,18 +209,22 @@ def test_a_small_kv_pool_queues_what_does_not_fit(fidelity_server: FidelityServe
     no output (sglang:num_queue_reqs) and run later. Each prompt differs from its first
     words: the radix cache admits a request by its uncached tokens only, so once the first
     of six identical prompts was prefilled the other five fit at once (seen in CI, where the
-    first prefill ran before the others arrived, and the queue stayed 0)."""
+    first prefill ran before the others arrived, and the queue stayed 0). The six are sent
+    together: clients made one by one (an SSL context each) sent them ~0.1 s apart, and on a
+    quiet machine each pair finished before the next arrived (queue 0 again, in CI)."""
     results: list[object] = []
+    clients = [httpx.Client(trust_env=False, timeout=300) for _ in range(6)]
+    together = threading.Barrier(6)
 
     def run(i: int) -> None:
         try:
-            with httpx.Client(trust_env=False, timeout=300) as c:
-                r = c.post(fidelity_server.base_url + "/v1/chat/completions",
-                           json=_body(fidelity_server, f"request {i}: " + "hello world " * 150,
-                                      max_tokens=40, ignore_eos=True))
+            body = _body(fidelity_server, f"request {i}: " + "hello world " * 150,
+                         max_tokens=40, ignore_eos=True)
+            together.wait(timeout=60)
+            r = clients[i].post(fidelity_server.base_url + "/v1/chat/completions", json=body)
             results.append(r.json()["usage"]["completion_tokens"] if r.status_code == 200
                            else r.status_code)
-        except httpx.HTTPError as exc:
+        except (httpx.HTTPError, threading.BrokenBarrierError) as exc:
             results.append(repr(exc))
 
     threads = [threading.Thread(target=run, args=(i,)) for i in range(6)]
@@ -241,4 +245,6 @@ def test_a_small_kv_pool_queues_what_does_not_fit(fidelity_server: FidelityServe
     finally:
         for t in threads:
             t.join(timeout=300)
+        for c in clients:
+            c.close()
     assert results == [40] * 6
