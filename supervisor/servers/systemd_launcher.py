@@ -40,6 +40,12 @@ log = logging.getLogger(__name__)
 DEFAULT_STATE_DIR = Path("/var/lib/dflash-supervisor")
 # How long a launch waits for the unit's previous stop to finish.
 STOPPING_WAIT_S = 30.0
+# How long a unit seen down is watched for a new life before it counts as gone: a restart
+# job (an operator's `systemctl restart`) passes through "inactive" on its way to the start.
+RESTART_GAP_S = 1.0
+# How long a new life may take to exec the server from `serve-server` (its command line is
+# the shim's until then, and the adoption proof reads the server's).
+EXEC_WAIT_S = 10.0
 
 
 def unit_name(server: str) -> str:
@@ -149,9 +155,16 @@ class SystemdLauncher:
         pid = int(s.get("MainPID", "0") or 0)
         if s.get("ActiveState") not in ("active", "activating") or pid == 0:
             return None
+        deadline = time.monotonic() + EXEC_WAIT_S
         try:
             p = psutil.Process(pid)
-            return ServerRecord(name, pid, pid, p.cmdline(), p.create_time())
+            while True:
+                cmdline = p.cmdline()
+                if cmdline and "serve-server" not in cmdline:
+                    return ServerRecord(name, pid, pid, cmdline, p.create_time())
+                if time.monotonic() >= deadline:
+                    return None      # still the shim: the next start looks again
+                time.sleep(self.poll_s)
         except psutil.Error:
             return None
 
@@ -182,17 +195,22 @@ class SystemdLauncher:
         return "stuck"
 
     def _settle(self, unit: str, proc: ServerProcess, timeout_s: float) -> str | None:
-        """"gone" once the unit is down, "replaced" once it runs another invocation; None
-        if it is still deactivating after timeout_s."""
+        """"replaced" once the unit runs another invocation, "gone" once it has been down for
+        RESTART_GAP_S with none; None if it is still deactivating after timeout_s."""
         ours = proc.invocation if isinstance(proc, UnitProcess) else ""
         deadline = time.monotonic() + timeout_s
+        down_since: float | None = None
         while True:
             s = show(unit, "ActiveState", "InvocationID")
             if ours and s.get("InvocationID") not in ("", ours):
                 return "replaced"
             if s.get("ActiveState") in ("inactive", "failed"):
-                return "gone"
-            if time.monotonic() >= deadline:
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since >= RESTART_GAP_S:
+                    return "gone"
+            else:
+                down_since = None
+            if time.monotonic() >= deadline and down_since is None:
                 return None
             time.sleep(self.poll_s)
 

@@ -335,10 +335,15 @@ def test_a_server_unit_restarted_by_hand_is_taken_over_not_failed(box: Box, job:
     box.sh("systemctl", "restart", "dflash-sglang@gpu0")
     new = job.server_pids()["gpu0"]
     assert new not in ("0", old)
-    box.wait(lambda: f"gpu0: taking over pid {new}" in job.journal(),
-             "the daemon to take gpu0's new life over", timeout_s=60)
-    box.wait(lambda: server_state(job, "gpu0") == "READY", "gpu0 READY again",
-             timeout_s=LOAD_S * 3)
+    try:
+        box.wait(lambda: f"gpu0: taking over pid {new}" in job.journal(),
+                 "the daemon to take gpu0's new life over", timeout_s=60)
+        box.wait(lambda: server_state(job, "gpu0") == "READY", "gpu0 READY again",
+                 timeout_s=LOAD_S * 3)
+    except AssertionError as exc:
+        lines = [line for line in job.journal().splitlines() if "gpu0" in line]
+        raise AssertionError(f"{exc}; the daemon's gpu0 lines:\n" + "\n".join(lines[-30:])
+                             ) from None
     done = job.done()
     box.wait(lambda: job.done() > done + 20, "the job to go on")
     assert job.server_pids()["gpu0"] == new and job.loads() == loads + 1
