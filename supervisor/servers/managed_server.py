@@ -358,10 +358,9 @@ class ManagedServer:
 
     async def _adopted_life(self, adoption: _Adoption, spec: ServerSpec) -> None:
         """A life that began under an earlier daemon (or an operator's systemctl restart of
-        its unit): no launch, no model load. Its log is
-        followed from where it is, the answers the dead daemon left in flight on it are
-        aborted (they were requeued at start, no attempt counted: nobody reads them), and
-        one health check makes it READY."""
+        its unit): no launch, no model load. Its log is followed from where it is, the
+        answers the dead daemon left in flight on it are aborted (they were requeued at
+        start, no attempt counted: nobody reads them), and one health check makes it READY."""
         proc = adoption.proc
         up_s = max(0.0, self.ctx.clock() - proc.started_at)
         said = f"adopted pid {proc.pid}, up {duration(up_s)}"
