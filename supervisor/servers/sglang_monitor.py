@@ -28,7 +28,7 @@ import httpx
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.overcommit import (Observation, OvercommitChange, OvercommitDetector,
                                            OvercommitPolicy)
-from supervisor.servers.sglang_metrics import Scrape, SglangMetrics, scrape
+from supervisor.sglang.metrics import Scrape, SglangMetrics, scrape
 from supervisor.servers.sglang_view import SglangView
 
 log = logging.getLogger("supervisor.servers")

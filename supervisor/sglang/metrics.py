@@ -1,4 +1,5 @@
-"""Reading SGLang's own Prometheus `/metrics` (served when it runs with `--enable-metrics`):
+"""Reading SGLang's own Prometheus `/metrics` (served when it runs with `--enable-metrics`,
+mounted by `sglang/srt/utils/common.py:2849` add_prometheus_middleware):
 how many requests it is running and queueing, how full its KV cache is, how many requests it
 has retracted, and its live generation throughput.
 
@@ -28,7 +29,8 @@ will retract first); per-priority series are skipped (their total is already the
 
 A gauge has no sample until the scheduler first logs its stats, so any figure may be
 missing: each is None ("n/a") on its own, and a failed or unreadable scrape is all n/a with
-the reason, never an error.
+the reason, never an error. Spoken with httpx, the client of the daemon's few requests to
+SGLang (abort.py says why).
 """
 
 from __future__ import annotations
