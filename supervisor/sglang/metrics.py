@@ -37,13 +37,16 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import anyio
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 METRICS_PATH = "/metrics"
+# The launch flag that serves it: off unless given (`sglang/srt/arg_groups/fields/
+# observability.py:70` enable_metrics = False).
+ENABLE_METRICS = "enable-metrics"
 
 RUNNING = "sglang:num_running_reqs"
 QUEUED = "sglang:num_queue_reqs"
@@ -58,6 +61,11 @@ GENERATION_TOKENS = "sglang:generation_tokens_total"
 
 _SUMMED = (RUNNING, QUEUED, GEN_THROUGHPUT, RETRACTED_TOTAL)
 _WANTED = frozenset((*_SUMMED, TOKEN_USAGE, REALTIME_TOKENS, GENERATION_TOKENS))
+
+
+def metrics_enabled(argv: Sequence[str]) -> bool:
+    """Whether a server's launch line asks SGLang for its /metrics."""
+    return f"--{ENABLE_METRICS}" in argv
 
 
 @dataclass(frozen=True)
