@@ -36,7 +36,6 @@ from supervisor.dispatch.stream_deadlines import StreamDeadlines
 from supervisor.dispatch.stream_request import abort_stream
 from supervisor.dispatch.worker_client import worker_client
 from supervisor.servers.endpoint import Endpoint
-from supervisor.sglang.abort import ABORT_TIMEOUT_S
 
 log = logging.getLogger("supervisor.dispatch")
 
@@ -70,6 +69,11 @@ class Feeding:
         return max(1, min(self.live.config.dispatch.claim_batch, endpoint.max_running))
 
     async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None:
+        # Aborts of stalled or looping streams go on a client of their own (the workers' are
+        # busy): httpx, as for the daemon's other few requests (supervisor/sglang/abort.py).
+        # Made first, off the event loop: a new httpx client reads its CA bundle (tens of ms),
+        # and nothing of the life is there yet to leave behind if that wait is cancelled.
+        aborts = await anyio.to_thread.run_sync(partial(httpx.AsyncClient, trust_env=False))
         serving = Serving(endpoint, limit=InFlightLimit(endpoint.max_running))
         # A new life of the server: its stalls and tokens so far were its last life's.
         progress = self.figures.progress(endpoint.name)
@@ -80,9 +84,6 @@ class Feeding:
         # The buffer holds what the largest prefetch may claim; the feeder claims up to the
         # live one (`_prefetch`).
         send, recv = anyio.create_memory_object_stream[ClaimedPrompt](endpoint.max_running)
-        # Aborts of stalled or looping streams go on a client of their own (the workers' are
-        # busy): httpx, as for the daemon's other few requests (supervisor/sglang/abort.py).
-        aborts = httpx.AsyncClient(trust_env=False, timeout=ABORT_TIMEOUT_S)
         # The sweeper keeps the server's token clock on `progress` (the hang watchdog's
         # signal) and tells waiting streams from stalled ones by it and SGLang's counter.
         serving.deadlines = StreamDeadlines(partial(abort_stream, aborts, endpoint.base_url),
