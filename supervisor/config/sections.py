@@ -224,8 +224,8 @@ class DispatchSection:
     breaker_window: int = key(200, "the requests the breaker looks at")
     breaker_min_samples: int = key(50, "how many requests the breaker waits for before it judges")
     stream: bool = key(True, "stream each answer under its own request id (`rid`), watched while "
-                       "it decodes: stalls and loops are aborted on the server by "
-                       "`/abort_request`; false: one plain POST per answer (a server or proxy "
+                       "it decodes: stalls, and loops as soon as one is confirmed, are "
+                       "aborted on the server by `/abort_request`; false: one plain POST per answer (a server or proxy "
                        "that does not stream)")
     stall_s: float = key(120.0, "a streamed request with no new token this long, while its "
                          "server made no token for anyone, is aborted and retried (an attempt "
