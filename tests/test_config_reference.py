@@ -1,6 +1,6 @@
 """The configuration reference is written from sections.py and nowhere else: every key has its
-text there, docs/configuration.md is what the generator writes now, and the README, docs/ and
-the example config name only keys that exist."""
+text there, docs/configuration.md is what the generator writes now, and the README, docs/,
+the folders' own READMEs and the example config name only keys that exist."""
 
 from __future__ import annotations
 
@@ -46,7 +46,10 @@ def unknown_keys(text: str) -> set[str]:
 
 
 def documents() -> list[Path]:
-    return [REPO / "README.md", EXAMPLE_CONFIG, *sorted((REPO / "docs").glob("*.md"))]
+    """The README, docs/, the example config, and every folder's own README beside its code."""
+    readmes = [p for top in ("supervisor", "state", "tui", "benchmarks", "tests")
+               for p in sorted((REPO / top).rglob("README.md"))]
+    return [REPO / "README.md", EXAMPLE_CONFIG, *sorted((REPO / "docs").glob("*.md")), *readmes]
 
 
 def test_every_key_has_its_text():

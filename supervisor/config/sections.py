@@ -170,7 +170,7 @@ class ServersSection:
                                   "`http(s)://host:port` with nothing after the port: supervised "
                                   "and fed like its own, never launched, restarted, retuned or "
                                   "stopped; named `ext0`, `ext1`, ... in the order given "
-                                  "(docs/what-survives-what.md, \"Attached servers\")", shown="[]")
+                                  "(docs/what-survives-what.md, \"Attached servers\")")
 
     @property
     def own_servers(self) -> bool:
@@ -317,7 +317,8 @@ class ControlSection:
                      "`docker.sock`'s", shown="the daemon's group")
     interval_s: float = key(1.0, "how often the daemon builds a fresh status snapshot: the event "
                             "stream carries each one, and a polled `GET /v1/status` gets the "
-                            "latest, at most this (+0.2 s) old, without waiting for the state DB")
+                            "latest, at most this (+0.2 s) old, without waiting for the state DB "
+                            "(after an action, the next poll gets a fresh one)")
 
 
 @dataclass(frozen=True)
