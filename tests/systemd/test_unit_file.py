@@ -90,7 +90,7 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
-def test_security_exposure_stays_at_the_readme_figure(tmp_path):
+def test_security_exposure_stays_at_the_docs_figure(tmp_path):
     unit = _unit_for_this_checkout(tmp_path)
     out = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager",
                           f"--threshold={int(float(MAX_EXPOSURE) * 10)}", unit.name],
