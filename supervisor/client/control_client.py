@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
+from typing import Any, AsyncGenerator, Callable, ContextManager, Iterator, TypeVar
 
 import httpx
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -137,7 +137,7 @@ class AsyncControlClient(ControlCalls):
                                        f"contract: {exc}") from None
 
     async def events(self, since: int | None = None, *,
-                     idle_timeout_s: float = 60.0) -> AsyncIterator[StreamItem]:
+                     idle_timeout_s: float = 60.0) -> AsyncGenerator[StreamItem, None]:
         """Ends with ControlUnreachable when the daemon goes away or sends nothing for
         `idle_timeout_s` (it sends a snapshot every control.interval_s)."""
         params = {} if since is None else {"since": str(since)}
@@ -165,8 +165,9 @@ class ControlClient:
     as a context manager or call close()."""
 
     def __init__(self, socket: str | None = None, *, timeout_s: float = 10.0) -> None:
-        self._portal_cm = start_blocking_portal(name="dflash-control-client")
-        self._portal: BlockingPortal = self._portal_cm.__enter__()
+        self._portal_cm: ContextManager[BlockingPortal] | None = start_blocking_portal(
+            name="dflash-control-client")
+        self._portal = self._portal_cm.__enter__()
         self._async = AsyncControlClient(socket, timeout_s=timeout_s)
         self.socket = self._async.socket
 
@@ -177,9 +178,10 @@ class ControlClient:
         self.close()
 
     def close(self) -> None:
-        if self._portal_cm is None:
+        cm, self._portal_cm = self._portal_cm, None
+        if cm is None:
             return
-        portal, self._portal_cm, cm = self._portal, None, self._portal_cm
+        portal = self._portal
         try:
             portal.call(self._async.aclose)
         finally:
@@ -220,7 +222,7 @@ class ControlClient:
             # (Still running after a Ctrl-C: close() cancels it with the loop.)
             if self._portal_cm is not None:
                 with contextlib.suppress(RuntimeError):
-                    self._portal.call(stream.aclose)  # type: ignore[attr-defined]
+                    self._portal.call(stream.aclose)
 
 
 def _stream_item(line: str) -> StreamItem:

@@ -1,5 +1,10 @@
 """The control socket's HTTP API (Starlette): routes, request parsing, one-line errors.
 
+The routes are contract/api.py's table: each entry goes to one generic handler that reads
+its request record (path, query or body), calls the Actions method named after it, audits
+it when it is a POST and answers its result record. Only the event stream, /metrics and
+the fast GET /v1/status are written out here.
+
 Every failure a client can cause is a 4xx with `{"error": "...", "status": N}`: malformed
 JSON, wrong types (named by field), unknown servers and paths, bodies over MAX_BODY bytes.
 An unexpected error is a 500 with one line, logged with its traceback; the daemon goes on.
