@@ -133,7 +133,7 @@ class AsyncControlClient(ControlCalls):
         try:
             return endpoint.result_from(response.json())
         except (ValueError, ContractError) as exc:
-            raise ControlProtocolError(f"{endpoint.path}: the daemon's answer does not fit the "
+            raise ControlProtocolError(f"{wire.path}: the daemon's answer does not fit the "
                                        f"contract: {exc}") from None
 
     async def events(self, since: int | None = None, *,

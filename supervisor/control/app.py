@@ -143,7 +143,10 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
                                  headers={"cache-control": "no-store"})
 
     def answer(endpoint: Endpoint[Any, Any]) -> Handler:
-        act = getattr(actions, endpoint.handler)
+        act = getattr(actions, endpoint.handler, None)
+        if act is None:
+            raise TypeError(f"control: the API's entry {endpoint.name!r} has no Actions method "
+                            f"{endpoint.handler}()")
         declared = set(endpoint.errors) | set(BODY_ERRORS)
 
         async def handle(request: Request) -> Response:

@@ -99,11 +99,17 @@ def test_a_table_entry_must_name_fields_its_request_has() -> None:
         Endpoint("x", "POST", "/x", a.ResumeRequest, a.ResumeResult, ())
 
 
-async def test_the_tui_fake_answers_every_entry_through_the_same_call() -> None:
+async def test_the_tui_fake_answers_through_the_same_call() -> None:
+    """Each entry the fake has an answer for gets its result record; one it has none for
+    (an action the TUI does not use yet) fails the test that reaches it, by name."""
     fake = FakeDaemon(data.healthy())
     for name, (req, _) in EXAMPLES.items():
         endpoint = BY_NAME[name]
-        assert isinstance(await fake.call(endpoint, req), endpoint.result)
+        if hasattr(fake, f"answer_{endpoint.handler}"):
+            assert isinstance(await fake.call(endpoint, req), endpoint.result)
+        else:
+            with pytest.raises(AssertionError, match=f"no answer for {name!r}"):
+                await fake.call(endpoint, req)
     assert fake.calls == [(name, req) for name, (req, _) in EXAMPLES.items()]
 
 
