@@ -38,7 +38,6 @@ and stay outside the table.
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import typing
 from dataclasses import dataclass
@@ -89,7 +88,7 @@ class Endpoint(Generic[Req, Res]):
             raise ValueError(f"{self.name}: method {self.method!r} is not GET or POST")
         if not self.path.startswith("/v1/"):
             raise ValueError(f"{self.name}: path {self.path!r} is not versioned (/v1/...)")
-        names = {f.name for f in dataclasses.fields(self.request)}  # type: ignore[arg-type]
+        names = set(getattr(self.request, "__dataclass_fields__", ()))
         missing = [f for f in self.path_fields if f not in names]
         if missing:
             raise ValueError(f"{self.name}: {self.request.__name__} has no field "

@@ -8,7 +8,6 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from pathlib import Path
 from typing import Any, Iterator
 from urllib.parse import unquote
 
