@@ -93,7 +93,7 @@ class ServersSection:
     # hang_timeout_s never fills the window above; this count still ends the loop.
     max_unserved_failures: int = 5
     served_after_s: float = 300.0
-    # Who runs the server processes (servers/launcher.py): "process" (the daemon's own
+    # Who runs the server processes (servers/launcher_choice.py): "process" (the daemon's own
     # children, each in its own session), "systemd" (a unit per server, so a restart of the
     # daemon's service leaves them running), "auto" (systemd when the daemon is a systemd
     # service and the template unit is installed, else process).
