@@ -7,7 +7,6 @@ import hashlib
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import anyio
 from state.async_store import AsyncStore
@@ -18,6 +17,7 @@ from supervisor.uploads.fake_sink import FakeSink
 from supervisor.uploads.sink import CorruptUploadError, FatalUploadError, TransientUploadError
 from supervisor.uploads.uploader import Uploader
 from tests.fixtures.state_db import finish_prompts, store_with_shards
+from tests.fixtures.waiting import until
 
 FAST = Backoff(0.01, 0.05)
 
@@ -30,12 +30,6 @@ def uploader(store: Store, sink: FakeSink, spool: Path, **kwargs: object) -> Upl
 
 def kinds(store: Store) -> list[str]:
     return [e.kind for e in store.recent_events(100)]
-
-
-async def until(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    with anyio.fail_after(timeout_s):
-        while not predicate():
-            await anyio.sleep(0.01)
 
 
 async def test_drain_uploads_every_shard_verified_and_removes_the_spool_copies(tmp_path):
