@@ -378,8 +378,9 @@ class Fleet:
         restart. Flags that are invalid, that would put a server's context length at or
         below the live max tokens (config/live_settings.py), or that the installed SGLang's
         parser refuses (asked here unless the caller just did) stop the roll before its
-        first server, with the reason in the result and in the retune's event: the roll runs after the operator got an answer, and the check can
-        take longer than a control call may wait (SGLang's import)."""
+        first server, with the reason in the result and in the retune's event: the roll runs
+        after the operator got an answer, and the check can take longer than a control call
+        may wait (SGLang's import)."""
         with self._holding(ticket, f"retune of {name}" if name else "rolling retune"):
             return await self._retune(flags, name, actor, flags_checked)
 
