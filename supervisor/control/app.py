@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -18,12 +19,18 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from supervisor.contract.actions import (ErrorBody, MaxTokensRequest, PauseRequest,
-                                         RequeueFailedRequest, RequeueTruncatedRequest,
-                                         RestartRequest, RetuneRequest)
 from supervisor.contract import status as c
-from supervisor.control.actions import Actions, Refused
+from supervisor.contract.actions import (
+    ErrorBody,
+    MaxTokensRequest,
+    PauseRequest,
+    RequeueFailedRequest,
+    RequeueTruncatedRequest,
+    RestartRequest,
+    RetuneRequest,
+)
 from supervisor.contract.codec import ContractError, to_plain
+from supervisor.control.actions import Actions, Refused
 from supervisor.control.hub import Hub
 from supervisor.control.metrics import CONTENT_TYPE, RestartCauses, render
 from supervisor.control.peer import PEER_KEY

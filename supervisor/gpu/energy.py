@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
 
 from supervisor.gpu.snapshot import GpuSnapshot, GpuTelemetry
 

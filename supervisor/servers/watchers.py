@@ -13,8 +13,9 @@ server, each ending the server's life by deciding why (the first decision wins).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import anyio
 import httpx

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from supervisor.config import UploadsSection
 from supervisor.uploads.s3_client import LazyClient, S3Location

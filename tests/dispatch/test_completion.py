@@ -3,8 +3,13 @@ import json
 import pytest
 
 from supervisor.config import GenerationSection
-from supervisor.dispatch.completion import (Completion, Permanent, Retryable,
-                                            classify_response, request_body)
+from supervisor.dispatch.completion import (
+    Completion,
+    Permanent,
+    Retryable,
+    classify_response,
+    request_body,
+)
 
 
 def _ok(**over):

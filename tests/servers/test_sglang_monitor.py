@@ -7,7 +7,8 @@ from __future__ import annotations
 import http.server
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import httpx
