@@ -3,6 +3,7 @@ uploaded (only what was verified), the backlog through failures, stops, and rewr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
@@ -17,10 +18,14 @@ from supervisor.uploads.backoff import Backoff
 from supervisor.uploads.fake_sink import FakeSink
 from supervisor.uploads.sink import CorruptUploadError, FatalUploadError, TransientUploadError
 from supervisor.uploads.uploader import Uploader
+from tests.fixtures import waiting
 from tests.fixtures.state_db import finish_prompts, store_with_shards
-from tests.fixtures.waiting import until
 
 FAST = Backoff(0.01, 0.05)
+
+# These uploaders retry within 0.05 s (FAST): a failing put's window is short, so it is
+# looked at often, or the next put has begun before the wait sees this one end.
+until = functools.partial(waiting.until, poll_s=0.01)
 
 
 def uploader(store: Store, sink: FakeSink, spool: Path, **kwargs: object) -> Uploader:
