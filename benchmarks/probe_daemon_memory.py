@@ -19,6 +19,7 @@ import sqlite3
 import sys
 import tempfile
 import threading
+import time
 import tracemalloc
 from pathlib import Path
 

@@ -22,8 +22,7 @@ import inspect
 import queue
 import threading
 import weakref
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any, Callable, TypeVar
 
 import anyio
 

@@ -20,10 +20,9 @@ import logging
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Iterator, Self, Sequence
 
 import sqlite_utils
 

@@ -10,8 +10,7 @@ versions of one prompt, and never loses a line meanwhile).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
-from typing import Any
+from typing import Any, Sequence
 
 from state.connection import StoreConnection, dumps
 from state.records import FAILED, PENDING, ImportRow

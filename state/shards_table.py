@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, Callable, Iterator, Sequence
 
 from state.connection import StoreConnection
 from state.crash_points import crash_point

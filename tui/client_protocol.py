@@ -7,22 +7,12 @@ app knows how the daemon stores, measures or uploads anything: only the status c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import AsyncIterator, Protocol
 
 from supervisor.client.control_client import AsyncControlClient
-from supervisor.contract.actions import (
-    LogTail,
-    MaxTokensResult,
-    PauseResult,
-    RequeueResult,
-    ResetResult,
-    RestartResult,
-    ResumeResult,
-    RetuneResult,
-)
 from supervisor.contract.status import FlagValue, Status, StreamItem
-
+from supervisor.contract.actions import (LogTail, MaxTokensResult, PauseResult, RequeueResult,
+                                         ResetResult, RestartResult, ResumeResult, RetuneResult)
 
 class DaemonClient(Protocol):
     """The daemon's control socket as the TUI uses it. Every call may raise ControlError:

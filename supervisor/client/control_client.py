@@ -13,32 +13,19 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, AsyncIterator, Iterator, TypeVar
 
 import httpcore
 import httpx
 
-from supervisor.contract.actions import (
-    FlagSetting,
-    LogTail,
-    MaxTokensRequest,
-    MaxTokensResult,
-    PauseRequest,
-    PauseResult,
-    RequeueFailedRequest,
-    RequeueResult,
-    RequeueTruncatedRequest,
-    ResetResult,
-    RestartRequest,
-    RestartResult,
-    ResumeResult,
-    RetuneRequest,
-    RetuneResult,
-)
 from supervisor.contract.codec import ContractError, to_plain
 from supervisor.contract.status import FlagValue, Status, StreamItem, parse_stream_line
+from supervisor.contract.actions import (FlagSetting, LogTail, MaxTokensRequest, MaxTokensResult,
+                                         PauseRequest, PauseResult, RequeueFailedRequest,
+                                         RequeueResult, RequeueTruncatedRequest, ResetResult,
+                                         RestartRequest, RestartResult, ResumeResult,
+                                         RetuneRequest, RetuneResult)
 
 T = TypeVar("T")
 

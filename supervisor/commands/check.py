@@ -25,11 +25,11 @@ import re
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
-from supervisor.config.attach_urls import attach_targets
 from supervisor.servers.flag_check import FlagVerdict, sglang_verdict
+from supervisor.config.attach_urls import attach_targets
 from supervisor.servers.launch_command import build_specs, max_running, server_devices
 
 HelpProvider = Callable[[Sequence[str]], str]

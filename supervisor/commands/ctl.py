@@ -7,18 +7,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Callable, Sequence
 
-from supervisor.client.control_client import (
-    ControlClient,
-    ControlProtocolError,
-    ControlRefused,
-    ControlUnreachable,
-)
+from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
+                                              ControlUnreachable)
 from supervisor.client.exit_codes import EXIT_CODES, EXIT_OK, PROG, fail
-from supervisor.client.text import result_text
 from supervisor.commands.status import socket_for
+from supervisor.client.text import result_text
 from supervisor.contract.codec import dumps
 
 

@@ -13,19 +13,14 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from supervisor.config import ConfigError, JobConfig
-from supervisor.demo.config import (
-    DEMO_TIME_SCALE,
-    DEMO_TOKENS_PER_S,
-    demo_config,
-    write_config_file,
-)
-from supervisor.demo.free_ports import free_base_port, reusable_base_port
+from supervisor.demo.config import (DEMO_TIME_SCALE, DEMO_TOKENS_PER_S, demo_config,
+                                    write_config_file)
 from supervisor.demo.progress import REDRAW, ProgressPrinter
+from supervisor.demo.free_ports import free_base_port, reusable_base_port
 
 log = logging.getLogger("supervisor.demo")
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from typing import Sequence
 
 
 def main(argv: Sequence[str] | None = None) -> int:

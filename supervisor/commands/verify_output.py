@@ -13,9 +13,8 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Sequence, TextIO
 
 from supervisor.config import UploadsSection
 from supervisor.output_verify.scan import OutputVerifier, Progress

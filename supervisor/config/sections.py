@@ -3,10 +3,9 @@ raises. Parsing and checking are beside this (coerce.py, checks.py, load.py)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 
 class ConfigError(ValueError):

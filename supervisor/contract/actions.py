@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from supervisor.contract.codec import Record
 from supervisor.contract.status import FlagValue, PauseReason, ServerState
 
+
 # -- the server's log -------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Awaitable, Callable
-from typing import Any, Protocol
+from typing import Any, Awaitable, Callable, Protocol
 
 import anyio
 import anyio.abc
@@ -21,23 +20,11 @@ from state.store import Store
 from supervisor.config import ConfigError
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract import status as c
-from supervisor.contract.actions import (
-    FlagChange,
-    LogTail,
-    MaxTokensRequest,
-    MaxTokensResult,
-    PauseRequest,
-    PauseResult,
-    RequeueFailedRequest,
-    RequeueResult,
-    RequeueTruncatedRequest,
-    ResetResult,
-    RestartRequest,
-    RestartResult,
-    ResumeResult,
-    RetuneRequest,
-    RetuneResult,
-)
+from supervisor.contract.actions import (FlagChange, LogTail, MaxTokensRequest, MaxTokensResult,
+                                         PauseRequest, PauseResult, RequeueFailedRequest,
+                                         RequeueResult, RequeueTruncatedRequest, ResetResult,
+                                         RestartRequest, RestartResult, ResumeResult,
+                                         RetuneRequest, RetuneResult)
 from supervisor.contract.codec import to_plain
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import LIFTABLE, PauseSource

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -19,18 +18,12 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from supervisor.contract.actions import (ErrorBody, MaxTokensRequest, PauseRequest,
+                                         RequeueFailedRequest, RequeueTruncatedRequest,
+                                         RestartRequest, RetuneRequest)
 from supervisor.contract import status as c
-from supervisor.contract.actions import (
-    ErrorBody,
-    MaxTokensRequest,
-    PauseRequest,
-    RequeueFailedRequest,
-    RequeueTruncatedRequest,
-    RestartRequest,
-    RetuneRequest,
-)
-from supervisor.contract.codec import ContractError, to_plain
 from supervisor.control.actions import Actions, Refused
+from supervisor.contract.codec import ContractError, to_plain
 from supervisor.control.hub import Hub
 from supervisor.control.metrics import CONTENT_TYPE, RestartCauses, render
 from supervisor.control.peer import PEER_KEY

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from typing import Iterator
 
 import anyio
 import uvicorn

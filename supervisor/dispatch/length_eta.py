@@ -26,9 +26,8 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable, Hashable, Mapping
 
 from supervisor.dispatch.token_survival import HIGH, LOW, POINT, TokenSurvival
 

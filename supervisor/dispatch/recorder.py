@@ -10,8 +10,7 @@ still atomic: a batch commits whole or not at all.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Callable, Sequence
 
 import anyio
 

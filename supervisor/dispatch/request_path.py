@@ -16,8 +16,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
 
 import aiohttp
 import anyio
@@ -29,13 +28,8 @@ from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import PauseSource
 from supervisor.contract.waste_causes import WasteCause
 from supervisor.dispatch.bad_output_pause import BadOutputPause
-from supervisor.dispatch.completion import (
-    Answer,
-    Completion,
-    Retryable,
-    classify_response,
-    request_body,
-)
+from supervisor.dispatch.completion import (Answer, Completion, Retryable, classify_response,
+                                            request_body)
 from supervisor.dispatch.dispatch_figures import DispatchFigures
 from supervisor.dispatch.dispatch_snapshot import InFlightRequest, StreamFigures
 from supervisor.dispatch.error_breaker import ErrorBreaker
@@ -49,12 +43,8 @@ from supervisor.dispatch.stall_watch import StallWindow
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_loop_watch import StreamLoopWatch
 from supervisor.dispatch.stream_request import Streamed, stream_chat
-from supervisor.dispatch.worker_client import (
-    JSON_HEADERS,
-    WIRE_ERRORS,
-    request_timeout,
-    wire_failure,
-)
+from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, request_timeout,
+                                               wire_failure)
 
 log = logging.getLogger("supervisor.dispatch")
 

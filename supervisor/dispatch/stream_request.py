@@ -30,12 +30,8 @@ from supervisor.dispatch.completion import Answer, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_deadlines import StreamDeadline, StreamDeadlines, current_clock
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
-from supervisor.dispatch.worker_client import (
-    JSON_HEADERS,
-    WIRE_ERRORS,
-    request_timeout,
-    wire_failure,
-)
+from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, request_timeout,
+                                               wire_failure)
 
 log = logging.getLogger("supervisor.dispatch")
 

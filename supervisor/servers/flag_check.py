@@ -22,9 +22,9 @@ import logging
 import os
 import shutil
 import subprocess
-from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable, Iterable, Mapping, Sequence
 
 import anyio
 

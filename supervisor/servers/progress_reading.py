@@ -7,8 +7,7 @@ completion rule's timeout derived from max tokens and the measured per-stream sp
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol, Sequence
 
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.servers.hang_rule import HANG_MARGIN, ProgressReading

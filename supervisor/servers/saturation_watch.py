@@ -10,8 +10,7 @@ starts a new guard at the server's max, so a restart resets the limit.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import anyio
 

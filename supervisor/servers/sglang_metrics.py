@@ -34,8 +34,8 @@ the reason, never an error.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Iterable
 
 import anyio
 import httpx

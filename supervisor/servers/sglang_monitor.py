@@ -19,20 +19,15 @@ server is queueing or retracting now (a silent request there is waiting, not stu
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, Awaitable, Callable, Sequence
 
 import anyio
 import httpx
 
 from supervisor.contract.event_kinds import EventKind
-from supervisor.servers.overcommit import (
-    Observation,
-    OvercommitChange,
-    OvercommitDetector,
-    OvercommitPolicy,
-)
+from supervisor.servers.overcommit import (Observation, OvercommitChange, OvercommitDetector,
+                                           OvercommitPolicy)
 from supervisor.servers.sglang_metrics import Scrape, SglangMetrics, scrape
 from supervisor.servers.sglang_view import SglangView
 

@@ -13,9 +13,8 @@ server, each ending the server's life by deciding why (the first decision wins).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 import anyio
 import httpx

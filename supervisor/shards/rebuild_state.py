@@ -19,10 +19,9 @@ import json
 import re
 import sys
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from state.shard_audit import RestoredLine
 from state.store import Store

@@ -23,10 +23,9 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, Iterator
 
 from state.crash_points import crash_point
 from state.records import Shard, ShardLine

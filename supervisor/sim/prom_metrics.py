@@ -21,9 +21,8 @@ from __future__ import annotations
 
 import os
 import tempfile
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 # Held for the process lifetime: the directory is removed when this object is collected,
 # exactly like SGLang's module-level TemporaryDirectory.

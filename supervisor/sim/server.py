@@ -24,9 +24,8 @@ import asyncio
 import os
 import signal
 import time
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, AsyncIterator
 
 import uvicorn
 

@@ -3,13 +3,8 @@ import json
 import pytest
 
 from supervisor.config import GenerationSection
-from supervisor.dispatch.completion import (
-    Completion,
-    Permanent,
-    Retryable,
-    classify_response,
-    request_body,
-)
+from supervisor.dispatch.completion import (Completion, Permanent, Retryable,
+                                            classify_response, request_body)
 
 
 def _ok(**over):

@@ -7,13 +7,8 @@ import json
 
 from state.records import ClaimedPrompt, InFlightClaim
 from supervisor.config import GenerationSection
-from supervisor.dispatch.completion import (
-    Completion,
-    Permanent,
-    Retryable,
-    classify_response,
-    request_body,
-)
+from supervisor.dispatch.completion import (Completion, Permanent, Retryable, classify_response,
+                                            request_body)
 from supervisor.dispatch.request_ids import request_id
 from supervisor.dispatch.stream_answer import StreamAnswer
 

@@ -9,7 +9,6 @@ import pynvml
 import pytest
 
 from supervisor.gpu import NvmlSource
-
 from .fake_nvml import FakeNvml
 
 

@@ -8,7 +8,6 @@ import anyio
 import pynvml
 
 from supervisor.gpu import FakeGpuSource, GpuSampler, NvmlSource
-
 from .fake_nvml import FakeNvml
 
 

@@ -8,7 +8,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from pathlib import Path
+from typing import Iterator
 
 import psutil
 import pytest

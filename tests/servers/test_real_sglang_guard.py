@@ -20,11 +20,10 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, AsyncIterator
 
 import anyio
 import httpx

@@ -12,8 +12,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import anyio
 import pytest
+
+import anyio
 
 from supervisor.job.main_loop import Job
 from tests.fixtures.real_job import completed_on, job_config, query, run_job, wait_fleet, wait_for

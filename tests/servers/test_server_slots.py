@@ -11,24 +11,18 @@ import http.server
 import json
 import logging
 import subprocess
-import sys
 import threading
-from collections.abc import Callable, Iterator
+import sys
 from dataclasses import replace
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import anyio
 import httpx
 import pytest
 
 from supervisor.config import DispatchSection, ServersSection
-from supervisor.servers.server_slots import (
-    Slots,
-    kv_bound,
-    read_server_slots,
-    server_slots,
-    slots_from_server_info,
-)
+from supervisor.servers.server_slots import (Slots, kv_bound, read_server_slots, server_slots,
+                                             slots_from_server_info)
 from tests.fixtures import REPO
 from tests.fixtures.ports import free_port
 from tests.fixtures.sim_servers import SimServer

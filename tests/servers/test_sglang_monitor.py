@@ -7,8 +7,7 @@ from __future__ import annotations
 import http.server
 import logging
 import threading
-from collections.abc import Callable
-from typing import Any
+from typing import Any, Callable
 
 import anyio
 import httpx

@@ -5,14 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.sim.kv_pool import (
-    CLIP_MAX_NEW_TOKENS,
-    INIT_NEW_TOKEN_RATIO,
-    MIN_NEW_TOKEN_RATIO,
-    KVPool,
-    Retracted,
-    Seat,
-)
+from supervisor.sim.kv_pool import (CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO,
+                                    MIN_NEW_TOKEN_RATIO, KVPool, Retracted, Seat)
 
 
 class Steps:

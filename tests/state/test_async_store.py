@@ -12,6 +12,7 @@ import pytest
 from state.async_store import AsyncStore
 from state.records import Requeue
 from state.store import Store
+
 from tests.fixtures.state_db import rows
 
 

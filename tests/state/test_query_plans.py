@@ -9,6 +9,7 @@ import time
 
 from state.records import Retry
 from state.store import Store
+
 from tests.fixtures.state_db import done, key_for, rows
 
 # Whole-table reads allowed on purpose: recount (an operator's repair, index-only).

@@ -10,6 +10,7 @@ import sqlite3
 import time
 
 from state.store import Store
+
 from tests.fixtures.state_db import done, rows
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Callable, Iterator
 
 import pytest
 
