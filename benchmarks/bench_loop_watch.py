@@ -103,7 +103,7 @@ def human_texts(extra: Path | None) -> list[tuple[str, str]]:
     qs = questions()
     texts = [(f"{name} question {i}", "\n\n".join(turns)) for i, (name, turns) in enumerate(qs)]
     doc, n = "", 0
-    for name, turns in qs:
+    for _name, turns in qs:
         doc += "\n\n".join(turns) + "\n\n"
         if len(doc) >= DOC_CHARS:
             texts.append((f"questions document {n}", doc))

@@ -244,11 +244,11 @@ class PromptsTable(StoreConnection):
         """(status, attempts, error) of one prompt, or None if unknown."""
         rows = self._read("SELECT status, attempts, error FROM prompts WHERE id = ?",
                           (prompt_id,))
-        return tuple(rows[0]) if rows else None  # type: ignore[return-value]
+        return tuple(rows[0]) if rows else None
 
     def failed_prompts(self, limit: int = 100) -> list[tuple[str, int, str | None]]:
         """(id, attempts, error) of failed prompts, in import order."""
-        return [tuple(r) for r in self._read(  # type: ignore[misc]
+        return [tuple(r) for r in self._read(
             "SELECT id, attempts, error FROM prompts WHERE status = 'failed' "
             "ORDER BY rowid LIMIT ?", (limit,))]
 

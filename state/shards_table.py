@@ -19,8 +19,8 @@ _LINE_COLUMNS = ("id, messages, content, reasoning_content, finish_reason, promp
 
 
 def _line(r: tuple) -> ShardLine:
-    return ShardLine(r[0], json.loads(r[1]), Completion(*r[2:8]), *r[8:13],
-                     loop=None if r[13] is None else bool(r[13]))
+    return ShardLine(r[0], json.loads(r[1]), Completion(*r[2:8]), r[8], r[9], r[10],
+                     r[11], r[12], loop=None if r[13] is None else bool(r[13]))
 
 
 class ShardsTable(StoreConnection):

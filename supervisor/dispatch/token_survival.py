@@ -161,7 +161,7 @@ class TokenSurvival:
 
     # -- the end of a job ---------------------------------------------------------------------
 
-    def drain_excess(self, slots: int, cap: float, steps: int = 128) -> float:
+    def drain_excess(self, slots: float, cap: float, steps: int = 128) -> float:
         """Tokens per slot by which the last answer outlasts the average one.
 
         While prompts are pending every slot decodes; once they run out, the job ends with

@@ -48,7 +48,7 @@ from supervisor.job.systemd_report import SystemdReport
 from supervisor.job.notify import Notifier
 from supervisor.job.unit_job import keep_servers_on_sigterm
 from supervisor.servers.fleet import Fleet, FleetOptions
-from supervisor.servers.launcher import choose_launcher
+from supervisor.servers.launcher_choice import choose_launcher
 from supervisor.shards import ShardLoop, ShardWriter, shard_key_for, spool_dir
 from supervisor.shards.verify import (UnknownOutput, check_output_at_start, send_back,
                                        verify_output)

@@ -25,7 +25,7 @@ import httpx
 
 from state.records import InFlightClaim
 from state.store import Store
-from supervisor.client.text import duration
+from supervisor.contract.figure_text import duration
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind

@@ -162,7 +162,7 @@ def test_the_memory_kept_is_bounded():
     watch = StreamLoopWatch()
     text = filler(32000, 1)
     bound = 2 * (2 * TAIL_CHARS + CHECK_CHARS + MAX_HELD_DIGITS + 1)
-    for rep in range(6):
+    for _rep in range(6):
         for i in range(0, len(text), 300):
             assert watch.feed(text[i:i + 300], text[i:i + 300]) is None
         assert watch.kept_chars() <= bound

@@ -22,6 +22,9 @@ from supervisor.job.main_loop import Job
 from tests.fixtures.real_job import (SLOTS, assert_every_prompt_once, job_config, query, run_job,
                                      wait_fleet, wait_for)
 
+# The whole Job on simulated servers: an end-to-end test (the slow tier).
+pytestmark = pytest.mark.slow
+
 
 def _events(cfg: object, kind: str) -> list[tuple[str, dict]]:
     return [(subject, json.loads(detail)) for subject, detail in query(

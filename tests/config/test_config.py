@@ -12,7 +12,7 @@ import pytest
 from supervisor.config import ConfigError, Partition, load_config, parse_config, with_flags
 from tests.fixtures import REPO
 
-# Thinking off: thinking on needs a reasoning-parser flag (tests/test_config_refusals.py).
+# Thinking off: thinking on needs a reasoning-parser flag (tests/config/test_config_refusals.py).
 BASE = {"servers": {"count": 2, "model_path": "/models/m"},
         "generation": {"enable_thinking": False}}
 
@@ -63,13 +63,15 @@ def test_defaults_and_relative_paths(tmp_path: Path):
     (_with("servers", command=[]), "servers.command: expected a non-empty list of strings"),
     (_with("servers", flags={"--port": 1}), "without the leading dashes"),
     (_with("servers", flags={"port": 1}), "servers.flags.port: set by the supervisor"),
-    (_with("servers", flags={"max-running-requests": 0}), "servers.flags.max-running-requests: must be an integer >= 1"),
+    (_with("servers", flags={"max-running-requests": 0}),
+     "servers.flags.max-running-requests: must be an integer >= 1"),
     (_with("servers", flags={"x": {"y": 1}}), "servers.flags.x: a flag value is a string"),
     (_with("servers", hang_timeout_s=-1), "servers.hang_timeout_s: must be > 0"),
     (_with("dispatch", max_in_flight_per_server=-1), "dispatch.max_in_flight_per_server: must be >= 0"),
     (_with("quality", min_samples=500), "quality.min_samples: must be within 1..quality.window"),
     (_with("quality", max_bad_rate=1.5), "quality.max_bad_rate: must be within (0, 1]"),
-    (_with("uploads", multipart_threshold_bytes=1024), "uploads.multipart_threshold_bytes: S3 parts are at least 5 MiB"),
+    (_with("uploads", multipart_threshold_bytes=1024),
+     "uploads.multipart_threshold_bytes: S3 parts are at least 5 MiB"),
     ({"servers": []}, "[servers]: expected a table"),
 ])
 def test_bad_values_are_refused_naming_the_key(data, fragment):

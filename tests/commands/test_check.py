@@ -12,7 +12,8 @@ CONFIG = """
 count = 2
 model_path = "/models/nemotron"
 base_port = 30100
-flags = { mem-fraction-static = 0.88, max-running-requests = 64, enable-metrics = true, max-mamba-cache-size = 200, reasoning-parser = "qwen3" }
+flags = { mem-fraction-static = 0.88, max-running-requests = 64, enable-metrics = true, \
+max-mamba-cache-size = 200, reasoning-parser = "qwen3" }
 """
 
 HELP = """usage: launch_server.py [-h] --model-path MODEL_PATH [--host HOST] [--port PORT]
@@ -89,7 +90,7 @@ def test_example_config_through_the_cli_prints_every_server_command() -> None:
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     # As on a node, not under a scheduler's CUDA_VISIBLE_DEVICES (which the GPUs index into).
     env = {k: v for k, v in os.environ.items() if k != "CUDA_VISIBLE_DEVICES"}
     out = subprocess.run([sys.executable, "-m", "supervisor", "check", "--config",

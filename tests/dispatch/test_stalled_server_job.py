@@ -9,10 +9,15 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from supervisor.dispatch.event_fold import named_requests
 from supervisor.job.main_loop import Job
 from tests.fixtures.real_job import (completed_on, expected_ids, job_config, query, run_job,
                                      shard_ids, sim_fault, transitions, wait_fleet, wait_for)
+
+# The whole Job on simulated servers: an end-to-end test (the slow tier).
+pytestmark = pytest.mark.slow
 
 
 async def test_stalls_restart_the_server_as_hung_and_every_prompt_lands_once(

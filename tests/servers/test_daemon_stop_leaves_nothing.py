@@ -11,11 +11,13 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
 import httpx
 import pytest
 
 from tests.fixtures.real_job import alive, free_base_port, live_group_members, query, transitions
+from tests.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -58,16 +60,9 @@ sim-startup-s = 10.0
 """
 
 
-def _wait(condition, what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except Exception:  # noqa: BLE001 - the DB may not exist yet, a server may be loading
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+def _wait(condition: Callable[[], object], what: str, timeout_s: float = 30.0) -> None:
+    # Any error is "not yet": the DB may not exist yet, a server may be loading.
+    wait_until(condition, what, timeout_s, tolerate=(Exception,))
 
 
 def test_sigterm_leaves_no_process_in_any_server_group(tmp_path: Path) -> None:

@@ -23,6 +23,7 @@ from state.records import InFlightClaim
 from supervisor.sglang.request_ids import request_id
 from tests.fixtures.real_job import (alive, free_base_port, live_group_members, query,
                                      shard_ids, expected_ids, transitions)
+from tests.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -93,15 +94,8 @@ for t in threads: t.join()
 
 
 def _wait(condition: Any, what: str, timeout_s: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            if condition():
-                return
-        except Exception:  # noqa: BLE001 - the DB may not exist yet, a server may be loading
-            pass
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s:g} s waiting for {what}")
+    # Any error is "not yet": the DB may not exist yet, a server may be loading.
+    wait_until(condition, what, timeout_s, tolerate=(Exception,))
 
 
 def _daemon(config_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
@@ -180,7 +174,7 @@ def test_a_daemon_killed_mid_run_is_followed_by_one_that_adopts_its_servers(
         # the ids it aborted; nothing else aborts by id here).
         for name, port in ports.items():
             wanted = {rid for url, rid in held if url.endswith(f":{port}")}
-            _wait(lambda: wanted <= set(_sim_state(port)["aborted_rids"]),
+            _wait(lambda wanted=wanted, port=port: wanted <= set(_sim_state(port)["aborted_rids"]),
                   f"{name} to be told to abort what the dead daemon left on it",
                   timeout_s=LOAD_S / 2)
             assert set(_sim_state(port)["aborted_rids"]) == wanted

@@ -19,7 +19,7 @@ from tests.fixtures.prompt_lines import write
 # FastChat's MT-bench and Vicuna-bench questions, kept outside the repository (their README
 # says where they come from); the test is skipped where they are not.
 REAL_SETS = Path(os.environ.get("DFLASH_REAL_PROMPT_SETS",
-                                Path(__file__).resolve().parents[2] / "shared" / "data"))
+                                Path(__file__).resolve().parents[3] / "shared" / "data"))
 
 
 @pytest.fixture

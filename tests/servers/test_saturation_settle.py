@@ -12,10 +12,15 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 import anyio
 
 from supervisor.job.main_loop import Job
 from tests.fixtures.real_job import completed_on, job_config, query, run_job, wait_fleet, wait_for
+
+# The whole Job on simulated servers: an end-to-end test (the slow tier).
+pytestmark = pytest.mark.slow
 
 ALLOWED = 8
 RUNS = 4
