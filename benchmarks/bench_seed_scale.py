@@ -60,9 +60,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from seed_scale_backup import INTERVAL_ANSWERS, backup_interval  # noqa: E402
 from seed_scale_daemon import daemon_slice  # noqa: E402
-from seed_scale_job import (answer_texts, child_import, fill, timed, turns,  # noqa: E402
-                            write_prompts)
-
+from seed_scale_job import answer_texts, child_import, fill, timed, turns, write_prompts  # noqa: E402
 
 # Disk a prompt takes at the peak (the end's backup interval): its answer in the DB (~12.2 KB)
 # and in a shard (~12 KB), the backup's chunks of the DB and the online copy they come from.

@@ -19,6 +19,7 @@ def whole_copy_backup(db: Path, dest: Path) -> float:
     through the same sink (read back), the uploaded shards read from the copy. Seconds."""
     import hashlib
     import mmap
+
     from state.db_copy import copy_live, inspect
     from supervisor.state_backup.backup import uploaded_shards
     from supervisor.uploads.local_sink import LocalDirSink

@@ -22,7 +22,8 @@ import inspect
 import queue
 import threading
 import weakref
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio
 

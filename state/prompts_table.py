@@ -4,14 +4,28 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass
-from typing import Sequence
 
 from state.connection import StoreConnection, dumps
 from state.crash_points import crash_point
-from state.records import (DONE, FAILED, IN_FLIGHT, PENDING, STATUSES, ClaimedPrompt, Done,
-                           Failed, ImportRow, InFlightClaim, Outcome, Requeue, Retry, StatusCounts,
-                           TruncationCounts)
+from state.records import (
+    DONE,
+    FAILED,
+    IN_FLIGHT,
+    PENDING,
+    STATUSES,
+    ClaimedPrompt,
+    Done,
+    Failed,
+    ImportRow,
+    InFlightClaim,
+    Outcome,
+    Requeue,
+    Retry,
+    StatusCounts,
+    TruncationCounts,
+)
 from state.waste_table import Wasted, insert_waste
 
 

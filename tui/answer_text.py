@@ -2,8 +2,15 @@
 
 from __future__ import annotations
 
-from supervisor.contract.actions import (MaxTokensResult, PauseResult, RequeueResult, ResetResult,
-                                         RestartResult, ResumeResult, RetuneResult)
+from supervisor.contract.actions import (
+    MaxTokensResult,
+    PauseResult,
+    RequeueResult,
+    ResetResult,
+    RestartResult,
+    ResumeResult,
+    RetuneResult,
+)
 from tui.flag_text import show_value
 
 

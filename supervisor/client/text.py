@@ -8,9 +8,16 @@ from __future__ import annotations
 import json
 import time
 
-from supervisor.contract.actions import (MaxTokensResult, PauseResult, RequeueResult, ResetResult,
-                                         RestartResult, ResumeResult, RetuneResult)
 from supervisor.contract import status as c
+from supervisor.contract.actions import (
+    MaxTokensResult,
+    PauseResult,
+    RequeueResult,
+    ResetResult,
+    RestartResult,
+    ResumeResult,
+    RetuneResult,
+)
 from supervisor.contract.figure_text import duration, truncation
 
 

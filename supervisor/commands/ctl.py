@@ -13,13 +13,18 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
-                                              ControlUnreachable)
+from supervisor.client.control_client import (
+    ControlClient,
+    ControlProtocolError,
+    ControlRefused,
+    ControlUnreachable,
+)
 from supervisor.client.exit_codes import EXIT_CODES, EXIT_OK, PROG, fail
-from supervisor.commands.status import socket_for
 from supervisor.client.text import result_text
+from supervisor.commands.status import socket_for
 from supervisor.contract.actions import FlagSetting, LogTail
 from supervisor.contract.api import ENDPOINTS, Endpoint
 from supervisor.contract.codec import dumps

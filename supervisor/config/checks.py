@@ -4,7 +4,7 @@ GPUs the node really has."""
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from supervisor.config.attach_urls import attach_targets
 from supervisor.config.host_names import host_problem

@@ -40,16 +40,31 @@ from __future__ import annotations
 
 import re
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from supervisor.contract.actions import (LogRequest, LogTail, MaxTokensRequest, MaxTokensResult,
-                                         PauseRequest, PauseResult, RequeueFailedRequest,
-                                         RequeueResult, RequeueTruncatedRequest, ResetRequest,
-                                         ResetResult, RestartRequest, RestartResult,
-                                         ResumeRequest, ResumeResult, RetuneRequest,
-                                         RetuneResult, StatusRequest)
+from supervisor.contract.actions import (
+    LogRequest,
+    LogTail,
+    MaxTokensRequest,
+    MaxTokensResult,
+    PauseRequest,
+    PauseResult,
+    RequeueFailedRequest,
+    RequeueResult,
+    RequeueTruncatedRequest,
+    ResetRequest,
+    ResetResult,
+    RestartRequest,
+    RestartResult,
+    ResumeRequest,
+    ResumeResult,
+    RetuneRequest,
+    RetuneResult,
+    StatusRequest,
+)
 from supervisor.contract.codec import ContractError, from_plain, to_plain
 from supervisor.contract.status import Status
 

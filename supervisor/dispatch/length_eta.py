@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable, Mapping
+from typing import Any
 
 from supervisor.dispatch.token_survival import HIGH, LOW, POINT, TokenSurvival
 

@@ -19,8 +19,8 @@ Once the data reach the cap the three agree: nothing about the tail is guessed a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 LOW, POINT, HIGH = "low", "point", "high"
 

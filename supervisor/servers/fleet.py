@@ -16,9 +16,10 @@ import logging
 import random
 import secrets
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -28,12 +29,12 @@ from state.records import InFlightClaim
 from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import ConfigError, JobConfig
+from supervisor.config.attach_urls import attach_targets
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
-from supervisor.servers.flag_gate import require_accepted_retune
 from supervisor.servers.adoption import Action, judge
 from supervisor.servers.attached_server import AttachedServer, NotOurs, refusal
-from supervisor.config.attach_urls import attach_targets
+from supervisor.servers.flag_gate import require_accepted_retune
 from supervisor.servers.launch_command import build_specs, server_devices
 from supervisor.servers.launcher import Launcher
 from supervisor.servers.managed_server import Dispatching, FleetContext, ManagedServer
@@ -42,7 +43,6 @@ from supervisor.servers.process_launcher import ProcessLauncher
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ServerSnapshot, ServerState
-
 
 log = logging.getLogger("supervisor.servers")
 T = TypeVar("T")

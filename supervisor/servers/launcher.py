@@ -31,9 +31,10 @@ log's last lines as usual).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Protocol
+from typing import Protocol
 
 from state.records import ServerProcess as ServerRecord
 from supervisor.servers.process_group import ServerProcess

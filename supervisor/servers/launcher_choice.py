@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
-from typing import Mapping
+from collections.abc import Mapping
 
 from supervisor.servers.launcher import Launcher, template_installed, under_systemd
 from supervisor.servers.process_launcher import ProcessLauncher

@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import psutil
 
@@ -31,8 +31,7 @@ from state.records import ServerProcess as ServerRecord
 from supervisor.servers.launcher import LaunchRequest
 from supervisor.servers.process_group import ServerProcess, leader_alive
 from supervisor.servers.systemctl import LaunchError, show, systemctl
-from supervisor.servers.unit_spec import (UnitSpec, exit_path, read_exit, spec_path,
-                                          write_spec)
+from supervisor.servers.unit_spec import UnitSpec, exit_path, read_exit, spec_path, write_spec
 
 log = logging.getLogger(__name__)
 

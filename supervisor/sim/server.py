@@ -24,8 +24,9 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import uvicorn
 

@@ -8,8 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.config import (ConfigError, check_gpus_exist, load_config, load_warnings,
-                               parse_config, with_flags)
+from supervisor.config import (
+    ConfigError,
+    check_gpus_exist,
+    load_config,
+    load_warnings,
+    parse_config,
+    with_flags,
+)
 from supervisor.gpu.nvml_source import node_gpu_count
 from tests.fixtures.fs_faults import assert_one_line, cli
 from tests.gpu.fake_nvml import FakeNvml

@@ -8,7 +8,8 @@ from __future__ import annotations
 import inspect
 import json
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import unquote
 
 import pytest

@@ -7,13 +7,13 @@ import json
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from supervisor.contract.actions import RequeueResult
 from supervisor.contract import status as c
+from supervisor.contract.actions import RequeueResult
 from tests.fixtures import control_daemon as daemon
 
 pytestmark = pytest.mark.slow

@@ -5,9 +5,9 @@ and resume goes on."""
 from __future__ import annotations
 
 import json
-import time
 import subprocess
 import sys
+import time
 from typing import Any
 
 import anyio

@@ -13,8 +13,18 @@ import pytest
 
 from supervisor.dispatch.event_fold import named_requests
 from supervisor.job.main_loop import Job
-from tests.fixtures.real_job import (completed_on, expected_ids, job_config, query, run_job,
-                                     shard_ids, sim_fault, transitions, wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    completed_on,
+    expected_ids,
+    job_config,
+    query,
+    run_job,
+    shard_ids,
+    sim_fault,
+    transitions,
+    wait_fleet,
+    wait_for,
+)
 
 # The whole Job on simulated servers: an end-to-end test (the slow tier).
 pytestmark = pytest.mark.slow

@@ -12,11 +12,16 @@ import httpx
 import pytest
 
 from supervisor.dispatch.stream_loop_watch import (
-    CHECK_CHARS, MAX_HELD_DIGITS, NUMBER, TAIL_CHARS, LoopVerdict, NumberFolder,
-    StreamLoopWatch)
+    CHECK_CHARS,
+    MAX_HELD_DIGITS,
+    NUMBER,
+    TAIL_CHARS,
+    LoopVerdict,
+    NumberFolder,
+    StreamLoopWatch,
+)
 from supervisor.sim.filler_text import filler
-from supervisor.sim.looping_text import (LoopPlan, list_text, loop_plan, looping_text,
-                                         prompt_words)
+from supervisor.sim.looping_text import LoopPlan, list_text, loop_plan, looping_text, prompt_words
 from supervisor.sim.output_plan import natural_length, prompt_digest
 from tests.fixtures.real_prompts import CHAT_QUESTIONS
 

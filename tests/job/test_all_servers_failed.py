@@ -11,9 +11,9 @@ from pathlib import Path
 import anyio
 import pytest
 
+from supervisor.gpu.fake_source import FakeGpuSource
 from supervisor.job.main_loop import Job, JobResult
 from supervisor.job.progress_line import progress_line
-from supervisor.gpu.fake_source import FakeGpuSource
 from tests.fixtures.real_job import fast_fleet, job_config, wait_for
 
 pytestmark = pytest.mark.slow

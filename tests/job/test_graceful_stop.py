@@ -12,11 +12,20 @@ from pathlib import Path
 import pytest
 
 from supervisor.job.main_loop import Job
-from supervisor.job.status import JobStatus
 from supervisor.job.progress_line import progress_line
-from tests.fixtures.real_job import (assert_every_prompt_once, assert_nothing_left,
-                                    completed_on, in_flight_on, job_config, query, run_job,
-                                    transitions, wait_fleet, wait_for)
+from supervisor.job.status import JobStatus
+from tests.fixtures.real_job import (
+    assert_every_prompt_once,
+    assert_nothing_left,
+    completed_on,
+    in_flight_on,
+    job_config,
+    query,
+    run_job,
+    transitions,
+    wait_fleet,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 # 256 tokens at 50 tok/s × scale: about 1 s a request at 5, 3 s at 1.7.

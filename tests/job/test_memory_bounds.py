@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 

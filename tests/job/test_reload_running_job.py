@@ -15,8 +15,15 @@ from supervisor.client.control_client import ControlClient, ControlRefused
 from supervisor.config import load_config
 from supervisor.job.main_loop import Job
 from tests.fixtures.job_toml import job_data, write_toml
-from tests.fixtures.real_job import (assert_every_prompt_once, completed_on, query, run_job,
-                                    transitions, wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    assert_every_prompt_once,
+    completed_on,
+    query,
+    run_job,
+    transitions,
+    wait_fleet,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 SLOW = {"sim-time-scale": 10.0}     # about half a second a request

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from state.job_lock import holder_pid
+from tests.fixtures import REPO
 from tests.fixtures.fs_faults import cli
 from tests.fixtures.job_toml import write_job_toml
-from tests.fixtures import REPO
 from tests.fixtures.state_db import read_db
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,6 @@ import pytest
 from state.store import Store
 from supervisor.config import Partition
 from supervisor.prompts.prompt_import import import_file, main, parse_prompt, partition_of
-
 from tests.fixtures.prompt_lines import write
 from tests.fixtures.real_prompts import CHAT_QUESTIONS
 

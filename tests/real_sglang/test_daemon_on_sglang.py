@@ -27,10 +27,20 @@ from supervisor.contract.pause_sources import PauseSource
 from supervisor.demo.prompts import write_demo_prompts
 from supervisor.job.main_loop import Job
 from tests.fixtures.ports import free_base_port
-from tests.fixtures.real_job import (assert_every_prompt_once, query, run_job, transitions,
-                                    wait_fleet, wait_for)
-from tests.fixtures.real_sglang import (CPU_FLAGS, one_real_job_at_a_time, sglang_cpu_dir,
-                                       whole_jobs_skipped)
+from tests.fixtures.real_job import (
+    assert_every_prompt_once,
+    query,
+    run_job,
+    transitions,
+    wait_fleet,
+    wait_for,
+)
+from tests.fixtures.real_sglang import (
+    CPU_FLAGS,
+    one_real_job_at_a_time,
+    sglang_cpu_dir,
+    whole_jobs_skipped,
+)
 
 # Two real servers start in ~20 s on a quiet machine, minutes on a loaded one.
 pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(3000)]

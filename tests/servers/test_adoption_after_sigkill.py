@@ -21,8 +21,15 @@ import pytest
 
 from state.records import InFlightClaim
 from supervisor.sglang.request_ids import request_id
-from tests.fixtures.real_job import (alive, free_base_port, live_group_members, query,
-                                     shard_ids, expected_ids, transitions)
+from tests.fixtures.real_job import (
+    alive,
+    expected_ids,
+    free_base_port,
+    live_group_members,
+    query,
+    shard_ids,
+    transitions,
+)
 from tests.fixtures.waiting import wait_until
 
 pytestmark = pytest.mark.slow

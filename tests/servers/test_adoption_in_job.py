@@ -15,7 +15,6 @@ import anyio
 import psutil
 import pytest
 
-from state.records import ServerProcess as ServerRecord
 from state.settings_keys import Setting
 from supervisor.config.load import with_flags
 from supervisor.job.main_loop import Job
@@ -24,8 +23,17 @@ from supervisor.servers.adoption import TOKEN_ENV
 from supervisor.servers.launch_command import build_specs
 from supervisor.servers.server_state import ServerState
 from supervisor.sim.launch import wait_healthy
-from tests.fixtures.real_job import (alive, assert_every_prompt_once, job_config, query,
-                                     run_job, state_of, transitions, wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    alive,
+    assert_every_prompt_once,
+    job_config,
+    query,
+    run_job,
+    state_of,
+    transitions,
+    wait_fleet,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -19,10 +19,23 @@ from supervisor.servers.attached_server import NotOurs
 from supervisor.servers.server_state import ServerState
 from supervisor.sim.launch import kill_group, sim_argv, wait_healthy
 from tests.fixtures.ports import free_port
-from tests.fixtures.real_job import (SIM_FLAGS, SLOTS, alive, assert_every_prompt_once,
-                                     expected_ids, shard_ids, sim_fault,
-                                     in_flight_on, job_config, query, run_job, state_of,
-                                     transitions, wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    SIM_FLAGS,
+    SLOTS,
+    alive,
+    assert_every_prompt_once,
+    expected_ids,
+    in_flight_on,
+    job_config,
+    query,
+    run_job,
+    shard_ids,
+    sim_fault,
+    state_of,
+    transitions,
+    wait_fleet,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 

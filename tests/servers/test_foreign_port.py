@@ -16,8 +16,8 @@ import pytest
 from supervisor.gpu.fake_source import FakeGpuSource
 from supervisor.job.main_loop import Job
 from supervisor.servers.port_owner import port_holder, served_by_group
-from tests.fixtures.real_job import fast_fleet, job_config, transitions
 from supervisor.sim.launch import sim_argv, wait_healthy
+from tests.fixtures.real_job import fast_fleet, job_config, transitions
 
 pytestmark = pytest.mark.slow
 

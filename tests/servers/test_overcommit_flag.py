@@ -18,9 +18,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from supervisor.client.control_client import ControlClient
 from supervisor.contract.status import Status
 from supervisor.job.main_loop import Job
-
-from tests.fixtures.real_job import (SLOTS, assert_every_prompt_once, job_config, query, run_job,
-                                     wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    SLOTS,
+    assert_every_prompt_once,
+    job_config,
+    query,
+    run_job,
+    wait_fleet,
+    wait_for,
+)
 
 # The whole Job on simulated servers: an end-to-end test (the slow tier).
 pytestmark = pytest.mark.slow

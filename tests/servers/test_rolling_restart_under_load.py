@@ -13,10 +13,21 @@ import pytest
 from supervisor.job.main_loop import Job
 from supervisor.servers.fleet import RollingResult
 from supervisor.servers.server_state import ServerState
-
-from tests.fixtures.real_job import (SLOTS, Transition, assert_every_prompt_once, assert_nothing_left,
-                       completed_on, job_config, query, run_job, sim_get, state_of, transitions,
-                       wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    SLOTS,
+    Transition,
+    assert_every_prompt_once,
+    assert_nothing_left,
+    completed_on,
+    job_config,
+    query,
+    run_job,
+    sim_get,
+    state_of,
+    transitions,
+    wait_fleet,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -21,8 +21,16 @@ import pytest
 from supervisor.client.control_client import ControlClient
 from supervisor.contract.status import Status
 from supervisor.job.main_loop import Job
-from tests.fixtures.real_job import (SLOTS, completed_on, job_config, query, run_job, sim_state,
-                                     wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    SLOTS,
+    completed_on,
+    job_config,
+    query,
+    run_job,
+    sim_state,
+    wait_fleet,
+    wait_for,
+)
 
 FLOOR = 4
 CALM_S = 2.0

@@ -19,7 +19,15 @@ from prometheus_client.parser import text_string_to_metric_families
 from supervisor.client.control_client import ControlClient
 from supervisor.contract.status import Status
 from supervisor.job.main_loop import Job
-from tests.fixtures.real_job import SLOTS, job_config, query, run_job, sim_fault, wait_fleet, wait_for
+from tests.fixtures.real_job import (
+    SLOTS,
+    job_config,
+    query,
+    run_job,
+    sim_fault,
+    wait_fleet,
+    wait_for,
+)
 
 FLOOR = 5
 

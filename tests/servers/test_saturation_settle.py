@@ -12,9 +12,8 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
-import pytest
-
 import anyio
+import pytest
 
 from supervisor.job.main_loop import Job
 from tests.fixtures.real_job import completed_on, job_config, query, run_job, wait_fleet, wait_for

@@ -20,8 +20,17 @@ import pytest
 
 from supervisor.job.main_loop import Job
 from supervisor.servers.server_state import ServerState
-from tests.fixtures.real_job import (assert_every_prompt_once, completed_on, job_config, run_job,
-                                     sim_fault, state_of, transitions, wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    assert_every_prompt_once,
+    completed_on,
+    job_config,
+    run_job,
+    sim_fault,
+    state_of,
+    transitions,
+    wait_fleet,
+    wait_for,
+)
 
 S = ServerState
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"

@@ -21,10 +21,22 @@ from supervisor.contract.pause_sources import PauseSource
 from supervisor.job.main_loop import Job
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
-
-from tests.fixtures.real_job import (WRAPPER, alive, assert_every_prompt_once, assert_nothing_left,
-                       completed_on, job_config, query, run_job, sim_fault, sim_state, state_of,
-                       transitions, wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    WRAPPER,
+    alive,
+    assert_every_prompt_once,
+    assert_nothing_left,
+    completed_on,
+    job_config,
+    query,
+    run_job,
+    sim_fault,
+    sim_state,
+    state_of,
+    transitions,
+    wait_fleet,
+    wait_for,
+)
 
 pytestmark = pytest.mark.slow
 

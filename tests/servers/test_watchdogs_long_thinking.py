@@ -19,13 +19,21 @@ from typing import Any
 import anyio
 import pytest
 
-from supervisor.contract.pause_sources import PauseSource
 from supervisor.config import JobConfig
+from supervisor.contract.pause_sources import PauseSource
 from supervisor.job.main_loop import Job
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
-from tests.fixtures.real_job import (WRAPPER, assert_every_prompt_once, job_config, query,
-                                     run_job, state_of, transitions, wait_fleet)
+from tests.fixtures.real_job import (
+    WRAPPER,
+    assert_every_prompt_once,
+    job_config,
+    query,
+    run_job,
+    state_of,
+    transitions,
+    wait_fleet,
+)
 
 pytestmark = pytest.mark.slow
 

@@ -134,7 +134,6 @@ def test_a_lost_db_is_rebuilt_from_the_output_and_the_job_redoes_nothing(tmp_pat
 
 
 def test_failed_prompts_are_requeued_audited_and_run_reports_them(tmp_path: Path):
-    from supervisor.commands.run import EXIT_PROMPTS_FAILED
     # context-length 260 and max_tokens 256 pass the config check, but every prompt is longer
     # than the 4 tokens left: SGLang (the simulator) answers HTTP 400 to each.
     config = job_config(tmp_path / "job", servers=1, prompts=40, flags={"context-length": 260})

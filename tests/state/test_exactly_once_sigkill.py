@@ -15,7 +15,6 @@ from pathlib import Path
 
 from state.store import Store
 from supervisor.prompts.prompt_import import import_file
-
 from tests.fixtures import REPO
 from tests.fixtures.real_prompts import CHAT_QUESTIONS
 

@@ -5,8 +5,8 @@ after the daemon restarts; and it never makes a blocking call on its event loop.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import anyio
 import pytest

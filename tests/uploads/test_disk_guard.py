@@ -7,7 +7,6 @@ import sqlite3
 from pathlib import Path
 
 import anyio
-import pytest
 
 from supervisor.demo.config import demo_config
 from supervisor.demo.prompts import write_demo_prompts

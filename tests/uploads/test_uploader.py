@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import anyio
+
 from state.async_store import AsyncStore
 from state.records import ImportRow
 from state.store import Store
