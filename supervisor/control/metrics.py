@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract import status as c
+from supervisor.control.series_labels import Labelled, series_labels
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -150,10 +151,11 @@ class _StatusCollector(Collector):
         yield from self._waste(s.waste)
         yield from self._stream_watch(s.quality)
         if s.energy is not None:
-            yield from gauge("dflash_energy_kwh", "Energy the job's GPUs used so far",
-                             s.energy.kwh_so_far)
-            yield from gauge("dflash_energy_projected_kwh", "Energy the whole job is projected "
-                             "to use", s.energy.kwh_projected)
+            # Joules, not kWh: Prometheus wants base units (a panel shows them as kWh).
+            yield from gauge("dflash_energy_used_joules", "Energy the job's GPUs used so far",
+                             _joules(s.energy.kwh_so_far))
+            yield from gauge("dflash_energy_projected_joules", "Energy the whole job is "
+                             "projected to use", _joules(s.energy.kwh_projected))
             yield from gauge("dflash_energy_joules_per_token", "GPU joules per output token "
                              "over the metrics window", s.energy.joules_per_token)
         per_joule = GaugeMetricFamily("dflash_server_tokens_per_joule", "Output tokens per "
@@ -186,7 +188,8 @@ class _StatusCollector(Collector):
         yield states
         gpu_figures = (("dflash_gpu_power_watts", "GPU power draw", "power_w"),
                        ("dflash_gpu_power_limit_watts", "GPU power limit", "power_limit_w"),
-                       ("dflash_gpu_utilization_percent", "GPU utilisation", "utilization_pct"),
+                       ("dflash_gpu_utilization_ratio", "GPU utilisation (0..1)",
+                        "utilization_pct"),
                        ("dflash_gpu_memory_used_bytes", "GPU memory used", "memory_used_bytes"),
                        ("dflash_gpu_temperature_celsius", "GPU temperature", "temperature_c"))
         for name, doc, attr in gpu_figures:
@@ -194,7 +197,8 @@ class _StatusCollector(Collector):
             for g in s.gpus.gpus:
                 value = getattr(g, attr)
                 if value is not None:
-                    family.add_metric([str(g.index), g.server or ""], value)
+                    scale = 0.01 if attr == "utilization_pct" else 1
+                    family.add_metric([str(g.index), g.server or ""], value * scale)
             yield family
         energy = CounterMetricFamily("dflash_gpu_energy_joules", "The driver's total-energy "
                                      "counter (since it loaded)", labels=["gpu", "server"])
@@ -262,8 +266,13 @@ class _StatusCollector(Collector):
         yield most
 
 
+def _joules(kwh: float | None) -> float | None:
+    return None if kwh is None else kwh * 3.6e6
+
+
 def render(s: c.Status, totals: tuple[int, int], causes: RestartCauses,
            requests: dict[str, tuple[int, int]]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_StatusCollector(s, totals, causes, requests))
+    registry.register(Labelled(_StatusCollector(s, totals, causes, requests),
+                               series_labels(s.job_name, s.partition)))
     return generate_latest(registry)
