@@ -6,8 +6,9 @@ It answers only `GET`/`HEAD /metrics`, by handing exactly that request to the co
 405 before the control app sees it, so no action is reachable from the network.
 
 A slow or hostile client costs the job nothing but its own refusal; the limits and why:
-- uvicorn's h11 parser holds at most MAX_HEAD_BYTES of an unfinished request head (a
-  scrape's head is ~200 bytes); past it the connection gets 400 and is closed.
+- a connection may send at most MAX_HEAD_BYTES (a scrape's head is ~200 bytes, and no
+  request here has a body); past it, 431 and closed (h11's own limit is set too: garbage
+  that is not HTTP gets 400 and closed).
 - uvicorn answers 503 past MAX_CONNECTIONS open connections instead of queueing: one or two
   Prometheus servers scrape a node, so a flood is refused, not served.
 - uvicorn has no deadline for a request head that never ends (slowloris) nor for an idle
@@ -43,6 +44,12 @@ PATH = "/metrics"
 MAX_HEAD_BYTES = 16 * 1024
 MAX_CONNECTIONS = 32
 CONNECTION_DEADLINE_S = 15.0
+
+
+# Every request this listener takes is a bodiless GET: a connection sending more than a
+# head's worth is refused whole.
+_TOO_LARGE = (b"HTTP/1.1 431 Request Header Fields Too Large\r\ncontent-length: 0\r\n"
+              b"connection: close\r\n\r\n")
 
 
 class MetricsListenError(RuntimeError):
@@ -121,11 +128,23 @@ async def _refuse(send: Send, status: int, reason: str,
 
 
 class _DeadlineProtocol(H11Protocol):
-    """h11 with every connection closed CONNECTION_DEADLINE_S after it opened."""
+    """h11 with every connection closed CONNECTION_DEADLINE_S after it opened, and refused
+    past MAX_HEAD_BYTES received: h11's own limit holds only for a head still incomplete
+    after a read, and one loopback read brings 64 KiB."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        self._received = 0
         self._deadline = self.loop.call_later(CONNECTION_DEADLINE_S, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        self._received += len(data)
+        if self._received > MAX_HEAD_BYTES:
+            if not self.transport.is_closing():
+                self.transport.write(_TOO_LARGE)
+                self.transport.close()
+            return
+        super().data_received(data)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._deadline.cancel()
