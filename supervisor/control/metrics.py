@@ -123,6 +123,8 @@ class _StatusCollector(Collector):
             if value is not None:
                 yield GaugeMetricFamily(name, doc, value=value)
 
+        yield from gauge("dflash_daemon_start_time_seconds", "When this daemon started "
+                         "(Unix time)", s.started_at)
         yield from gauge("dflash_max_tokens", "Live max tokens", s.max_tokens)
         yield from gauge("dflash_requests_per_second", "Windowed completions per second",
                          s.rates.req_per_s)
@@ -186,6 +188,7 @@ class _StatusCollector(Collector):
         for st in c.ServerState:
             states.add_metric([st.value], by_state.get(st.value, 0))
         yield states
+        yield self._server_state(s)
         gpu_figures = (("dflash_gpu_power_watts", "GPU power draw", "power_w"),
                        ("dflash_gpu_power_limit_watts", "GPU power limit", "power_limit_w"),
                        ("dflash_gpu_utilization_ratio", "GPU utilisation (0..1)",
@@ -216,6 +219,17 @@ class _StatusCollector(Collector):
             yield from gauge("dflash_uploads_stopped", "1 when uploads stopped",
                              1 if s.uploads.stopped else 0)
 
+
+    @staticmethod
+    def _server_state(s: c.Status) -> Metric:
+        # Every state of every server, 1 for the one it is in (a state set, as Prometheus'
+        # docs want an enum): `== 1` picks the state, and an alert matches one server.
+        family = GaugeMetricFamily("dflash_server_state", "1 for the state each server is in, "
+                                   "0 for the others", labels=["server", "state"])
+        for srv in s.servers:
+            for st in c.ServerState:
+                family.add_metric([srv.name, st.value], 1 if srv.state == st else 0)
+        return family
 
     @staticmethod
     def _sglang(s: c.Status) -> Iterator[Metric]:
