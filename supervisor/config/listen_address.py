@@ -9,11 +9,15 @@ job's figures to the whole network should be written out.
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from typing import Mapping
 
-from supervisor.config.sections import ConfigError
+from supervisor.config.sections import ConfigError, ControlSection
 
 KEY = "control.metrics_listen"
+# Where an unset control.metrics_listen is read from: the Slurm batch file sets it, so one
+# config shared by every node of the array needs no [control] line for it.
+ENV = "DFLASH_METRICS_LISTEN"
 
 
 @dataclass(frozen=True)
@@ -48,3 +52,10 @@ def parse_listen(text: str, key: str = KEY) -> ListenAddress:
     if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
         raise ConfigError(f"{key}: the port must be 1..65535, got {port_text!r}")
     return ListenAddress(host, int(port_text))
+
+
+def listen_from_env(control: ControlSection, env: Mapping[str, str]) -> ControlSection:
+    """control.metrics_listen from $DFLASH_METRICS_LISTEN where the file leaves it unset."""
+    if control.metrics_listen or not env.get(ENV):
+        return control
+    return replace(control, metrics_listen=env[ENV])
