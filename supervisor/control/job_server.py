@@ -5,6 +5,7 @@ not just close sockets)."""
 from __future__ import annotations
 
 import contextlib
+import socket
 from typing import Iterator
 
 import anyio
@@ -16,7 +17,7 @@ class JobServer(uvicorn.Server):
     def capture_signals(self) -> Iterator[None]:
         yield
 
-    async def stop(self, sockets: list, within_s: float) -> None:
+    async def stop(self, sockets: list[socket.socket], within_s: float) -> None:
         """Stop serving (call shielded, from a finally)."""
         if self.started:
             self.should_exit = True
