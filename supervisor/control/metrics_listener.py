@@ -39,6 +39,8 @@ from supervisor.control.job_server import JobServer
 from supervisor.servers.port_owner import port_holder
 
 log = logging.getLogger("supervisor.control")
+_QUIET = logging.getLogger("supervisor.control.metrics_http")
+_QUIET.setLevel(logging.ERROR)
 
 PATH = "/metrics"
 MAX_HEAD_BYTES = 16 * 1024
@@ -133,6 +135,9 @@ class _DeadlineProtocol(H11Protocol):
     after a read, and one loopback read brings 64 KiB."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        # The port faces the cluster's network: a scanner's every bad request would be a
+        # warning in the journal. Only errors (the app failing) are logged from here.
+        self.logger = _QUIET
         super().connection_made(transport)
         self._received = 0
         self._deadline = self.loop.call_later(CONNECTION_DEADLINE_S, transport.close)
