@@ -82,7 +82,10 @@ def bind(text: str, backlog: int = 64) -> socket.socket:
 
 def _holder(host: str, port: int) -> str:
     holder = port_holder(host, port)
-    return holder.describe() if holder else f"port {port} was taken while starting"
+    # One line even when the holder's command line has newlines in it (python -c '...').
+    if holder is None:
+        return f"port {port} was taken while starting"
+    return " ".join(holder.describe().split())
 
 
 def metrics_only(app: ASGIApp) -> ASGIApp:

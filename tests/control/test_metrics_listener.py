@@ -4,6 +4,7 @@ stalling the job, and a taken port stopping the start with one line."""
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import time
@@ -140,5 +141,5 @@ def test_a_taken_port_stops_the_start_with_one_line(tmp_path: Path) -> None:
     log = (tmp_path / "daemon.log").read_text()
     assert code == 2, log
     [line] = [x for x in log.splitlines() if "control.metrics_listen" in x]
-    assert f"port {port} is in use by pid" in line and "choose another port" in line
+    assert f"port {port} is in use by pid {os.getpid()}" in line and "choose another port" in line
     assert not (tmp_path / "control.sock").exists()
