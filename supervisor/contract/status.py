@@ -400,6 +400,7 @@ class Status(Record):
     last_reload: str | None = None  # the last config reload's outcome (applied / refused)
     breaker: Breaker | None = None  # None: a daemon from before the breaker
     waste: Waste | None = None      # None: a daemon from before the waste ledger
+    job_name: str | None = None     # the `job` label of /metrics (control.metrics_job)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Status:
