@@ -1,11 +1,12 @@
 """The dispatcher as the servers see it: what a READY life asks of it and what it reads of its
 per-server progress record. Declared here, below the dispatcher (dispatch/dispatcher.py and
 dispatch/dispatch_snapshot.py ServerProgress implement them), so the servers never import
-it; every member named here is one the servers use, and none is reached for past it."""
+it; every member named here is one the servers use, and none is reached for past it.
+Runtime-checkable, so a test can hold the dispatcher and its test twin to all of it."""
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
@@ -13,6 +14,7 @@ from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.inflight_limit import InFlightLimit
 
 
+@runtime_checkable
 class ServerProgressView(Protocol):
     """One server's progress record, written by the dispatcher."""
     in_flight: int
@@ -25,6 +27,7 @@ class ServerProgressView(Protocol):
     waiting: int
 
 
+@runtime_checkable
 class Dispatching(Protocol):
     """Keep a READY server's slots full until it drains; how its requests are going (its
     slots, the hang watch, the status); its live in-flight limit (the saturation guard moves
