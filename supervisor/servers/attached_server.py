@@ -96,10 +96,6 @@ class AttachedServer:
         return self.transitions.state
 
     @property
-    def state_reason(self) -> str:
-        return self.transitions.reason
-
-    @property
     def servers(self) -> ServersSection:
         # The job's timings (health, hang rule), none of its SGLang flags: those describe the
         # daemon's own servers; this one's slots come from its own /server_info.

@@ -108,10 +108,6 @@ class ManagedServer:
         return self.transitions.state
 
     @property
-    def state_reason(self) -> str:
-        return self.transitions.reason
-
-    @property
     def servers(self) -> ServersSection:
         """This server's own [servers] section as it is now: a retune of it alone changes its
         flags, a reload its timings (config/live_settings.py)."""
@@ -179,7 +175,7 @@ class ManagedServer:
                     if self.state is S.READY:
                         return True, "ready"
                     if self.state in (S.BACKOFF, S.FAILED):
-                        return False, f"{self.state}: {self.state_reason}"
+                        return False, f"{self.state}: {self.transitions.reason}"
                 await self.wait_changed()
         return False, f"not READY within {limit:.0f} s (state {self.state})"
 
