@@ -69,7 +69,7 @@ class ReadyLife:
         # SGLang's own /metrics while READY (with --enable-metrics), and the over-commit flag.
         # ... and the saturation guard, which lowers and raises this server's live in-flight
         # limit from those figures.
-        self.saturation = SaturationWatch(name, self._dispatch, self.inflight_limit,
+        self.saturation = SaturationWatch(name, lambda: self.dispatch, self.inflight_limit,
                                           emit=transitions.event)
         self.sglang = SglangMonitor(name, clock=ctx.clock, emit=transitions.event,
                                     on_poll=self.saturation.on_poll)
@@ -79,12 +79,14 @@ class ReadyLife:
         self.life_progress: LifeProgress | None = None
         # What the hang watchdog reads each tick: tokens, or the derived completion rule.
         self.progress_reader = ProgressReader(name, self.progress, self.sglang, servers,
-                                              self._dispatch, lambda: live.max_tokens,
+                                              lambda: self.dispatch, lambda: live.max_tokens,
                                               ctx.clock)
 
     # -- what others see ----------------------------------------------------------------------
 
-    def _dispatch(self) -> DispatchSection:
+    @property
+    def dispatch(self) -> DispatchSection:
+        """The job's [dispatch] section as it is now (a reload replaces it)."""
         return self._live.config.dispatch
 
     @property
@@ -93,7 +95,7 @@ class ReadyLife:
         server said last time (0: not known before the server first answers /server_info)."""
         if self.endpoint is not None:
             return self.endpoint.max_running
-        configured = max_running(self._servers(), self._dispatch())
+        configured = max_running(self._servers(), self.dispatch)
         return configured if configured is not None else (self._server_slots or 0)
 
     def progress(self) -> ServerProgressView:
@@ -132,7 +134,7 @@ class ReadyLife:
         # The live max tokens (a `ctl max-tokens` changes it): SGLang's own estimate of its
         # slots, without a max-running-requests flag, is bounded by its KV pool at that size.
         slots = await server_slots(self.name, self._ctx.client, base_url, self._servers(),
-                                   self._dispatch(), self._ctx.dispatcher.max_tokens)
+                                   self.dispatch, self._ctx.dispatcher.max_tokens)
         if slots.source in ("server", "kv pool"):
             self._server_slots = slots.limit
         endpoint = Endpoint(self.name, base_url, slots.limit,
