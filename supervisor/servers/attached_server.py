@@ -1,8 +1,10 @@
 """A server the daemon did not launch (`servers.attach`: SGLang run as a Slurm job or a pod of
-its own), supervised through the same READY life (ready_life.py) as the daemon's own servers: health probes,
-the token-progress hang rule, per-request stall and wait aborts by rid, slots from
-/server_info, the saturation guard, events and status. What differs is only what the daemon
-may do to it: nothing. It is never launched, restarted or stopped.
+its own), supervised through the same READY life (ready_life.py) as the daemon's own
+servers: health probes, the token-progress hang rule, per-request stall and wait aborts by
+rid, slots from /server_info, the saturation guard, events and status. What differs is its
+life cycle (ATTACHED_TRANSITIONS, below) and what the daemon may do to it: nothing. It is
+never launched, restarted, retuned, reset or stopped (`refusal` says so to the fleet and
+the control socket).
 
     STOPPED ─▶ STARTING ─▶ READY ◀──▶ GONE          (STOPPED again when the daemon stops)
 

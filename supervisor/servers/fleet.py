@@ -5,9 +5,11 @@ proven to be this job's (adoption.py) and stops the rest of its own leftovers, t
 ManagedServer task per GPU (or tensor-parallel group) and one AttachedServer task per
 attached URL until cancelled; cancelling it stops every process group and waits for them
 (unless `keep_servers_on_exit` is set: then they are left running for the next daemon to
-adopt). Operator actions (restart, retune, reset) are methods; a rolling restart waits for
-each server to be READY again before touching the next, so throughput never drops to zero. One roll at a time, whoever asks (the control socket, a
-config reload): a second is refused at once (`RollBusy`), never queued behind the first.
+adopt). Operator actions (restart, retune, reset) are methods, on the servers it launched
+only (an attached server's kind refuses them); a rolling restart waits for each server to be
+READY again before touching the next, so throughput never drops to zero. One roll at a
+time, whoever asks (the control socket, a config reload): a second is refused at once
+(`RollBusy`), never queued behind the first.
 """
 
 from __future__ import annotations

@@ -66,9 +66,9 @@ class ReadyLife:
         self._transitions = transitions
         self.endpoint: Endpoint | None = None
         self._server_slots: int | None = None   # what SGLang last said it runs at once
-        # SGLang's own /metrics while READY (with --enable-metrics), and the over-commit flag.
-        # ... and the saturation guard, which lowers and raises this server's live in-flight
-        # limit from those figures.
+        # SGLang's own /metrics while READY (with --enable-metrics) and the over-commit flag;
+        # each poll goes to the saturation guard, which lowers and raises this server's live
+        # in-flight limit from those figures.
         self.saturation = SaturationWatch(name, lambda: self.dispatch, self.inflight_limit,
                                           emit=transitions.event)
         self.sglang = SglangMonitor(name, clock=ctx.clock, emit=transitions.event,
@@ -102,16 +102,7 @@ class ReadyLife:
         return self._ctx.dispatcher.progress(self.name)
 
     def in_flight(self) -> int:
-        try:
-            return int(self.progress().in_flight)
-        except LookupError:
-            return 0
-
-    def waiting(self) -> int:
-        try:
-            return int(self.progress().waiting)
-        except LookupError:
-            return 0
+        return int(self.progress().in_flight)
 
     def inflight_limit(self) -> InFlightLimit | None:
         """The dispatcher's live limit for this server's READY life (None: not serving)."""
@@ -123,7 +114,7 @@ class ReadyLife:
         serving: dict[str, Any] = {} if limit is None else {
             "inflight_limit": limit.limit, "inflight_limit_reason": limit.reason}
         return {"in_flight": self.in_flight(), "max_running": self.max_running,
-                "sglang": self.sglang.view, "waiting": self.waiting(), **serving}
+                "sglang": self.sglang.view, "waiting": int(self.progress().waiting), **serving}
 
     # -- the life -----------------------------------------------------------------------------
 
