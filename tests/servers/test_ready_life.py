@@ -10,7 +10,7 @@ import json
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Awaitable, Callable
 
 import anyio
 import httpx
@@ -92,7 +92,8 @@ class _Life:
         rows = db_rows(self.tmp_path, "SELECT kind, actor, detail FROM events ORDER BY id")
         return [(kind, actor, json.loads(detail)) for kind, actor, detail in rows]
 
-    async def serve(self, ends: LifeEnds, then: Callable[[], Any]) -> Request | Failure:
+    async def serve(self, ends: LifeEnds,
+                    then: Callable[[], Awaitable[None]]) -> Request | Failure:
         await self.transitions.to(S.STARTING, "a test's start")
         result: list[Request | Failure] = []
 
