@@ -32,8 +32,8 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 
-from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
 from supervisor.commands.node_paths import node_paths
+from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
 from supervisor.config.attach_urls import attach_targets
 from supervisor.gpu.visible_devices import visible_devices
 from supervisor.job.attached_thinking import attached_parsers, refusal

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from supervisor.config import ConfigError, JobConfig
 from supervisor.config.attach_urls import attach_targets
-from supervisor.sglang.server_info import reasoning_parser_of, read_server_info_now
+from supervisor.sglang.server_info import read_server_info_now, reasoning_parser_of
 
 log = logging.getLogger("supervisor.servers")
 
