@@ -17,9 +17,10 @@ first (`sglang/srt/environ.py:646` SGLANG_INIT_NEW_TOKEN_RATIO; schedule_policy.
 PrefillAdder), so a rank's pool (`internal_states[i].memory_usage.token_capacity`, else
 `max_total_num_tokens`) holds pool // (0.7 x max tokens) of them (`kv_bound`).
 
-The same answer carries the server's own arguments (`dataclasses.asdict(server_args)` merged
-in, http_server.py server_info), among them `reasoning_parser`: null when the server was
-started without `--reasoning-parser` (`reasoning_parser_of`).
+The same answer carries the server's own arguments, flat (`server_args.resolved_dict()`,
+`sglang/srt/utils/common.py` build_server_info), among them `reasoning_parser`
+(`sglang/srt/arg_groups/fields/serving.py:208`): null when the server was started without
+`--reasoning-parser` (`reasoning_parser_of`; seen on the real 0.5.23 CPU server both ways).
 
 Spoken with httpx, the client of the daemon's few requests to SGLang (abort.py says why).
 """
