@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from state.schema_audit_views import AUDIT_VIEWS
+from state.schema_audit_views import AUDIT_VIEWS, OPERATOR_ACTIONS_V11
 from supervisor.contract.waste_causes import WasteCause
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 11
 
 _V1 = [
     """
@@ -364,7 +364,7 @@ _V10 = [
 
 # version -> statements that bring the DB from version-1 to version.
 MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: AUDIT_VIEWS, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                                    8: _V8, 9: _V9, 10: _V10}
+                                    8: _V8, 9: _V9, 10: _V10, 11: OPERATOR_ACTIONS_V11}
 
 
 class SchemaError(RuntimeError):

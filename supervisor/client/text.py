@@ -62,10 +62,15 @@ def progress_line(s: c.Status) -> str:
     return "  ".join(parts)
 
 
+def clipped(text: str, width: int) -> str:
+    """`text` in at most `width` characters, its cut said by an ellipsis."""
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def event_line(e: c.Event) -> str:
     who = e.actor if e.caller is None else f"{e.caller.user}(uid {e.caller.uid}, pid {e.caller.pid})"
     return (f"{clock(e.time)}  #{e.id:<6} {e.kind:<16} {e.subject:<12} {who:<24} "
-            f"{e.detail_json[:140]}")
+            f"{clipped(e.detail_json, 140)}")
 
 
 def sglang_line(srv: c.ServerStatus) -> str:

@@ -19,6 +19,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from supervisor.client.text import clipped
+
 if TYPE_CHECKING:
     from state.store import Store
     from state.waste_table import TokenLedger
@@ -30,7 +32,9 @@ def open_db(state: str | Path) -> Store:
     return open_for_reading(Path(state))
 
 
-def main(state: str, events: int = 10) -> int:
+def main(state: str, events: int = 10, header: str | None = None) -> int:
+    """`header` is printed once the DB has opened: a file that is not a state DB gets its
+    one-line error alone, not a heading that promises a status."""
     from state.checked_open import StateDBError
 
     try:
@@ -39,6 +43,8 @@ def main(state: str, events: int = 10) -> int:
         print(f"dflash-supervisor: {exc}", file=sys.stderr)
         return 2
     try:
+        if header is not None:
+            print(header, flush=True)
         _print_summary(store, events)
     except sqlite3.Error as exc:
         # A damaged page where status reads (it does not check the whole file: see
@@ -73,11 +79,11 @@ def _print_summary(store: Store, events: int) -> None:
     failed = store.last_upload_error()
     if failed is not None:
         key, attempts, error = failed
-        print(f"uploads  {key} waiting after {attempts} failed uploads: {error[:200]}")
+        print(f"uploads  {key} waiting after {attempts} failed uploads: {clipped(error, 200)}")
     for e in store.recent_events(events):
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.time))
         print(f"{when}  {e.kind:<18} {e.subject:<10} {e.actor:<12} "
-              f"{json.dumps(e.detail, ensure_ascii=False)[:160]}")
+              f"{clipped(json.dumps(e.detail, ensure_ascii=False), 160)}")
 
 
 def _ledger(store: Store) -> TokenLedger | None:

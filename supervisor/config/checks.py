@@ -215,8 +215,11 @@ def _check_model_name(cfg: JobConfig) -> None:
 # answer is then "bad" in a way a day-long job only shows at the end (or, paused by the
 # quality gate, after the first window) -- an operator would rather be stopped at start
 # than find 900K answers with their thinking in the wrong field.
+#
+# Only the daemon's own servers take `[servers.flags]`: an attached server's parser is read
+# from its /server_info at start (supervisor/job/attached_thinking.py).
 def _check_thinking_parser(cfg: JobConfig) -> None:
-    if not cfg.generation.enable_thinking:
+    if not cfg.generation.enable_thinking or not cfg.servers.own_servers:
         return
     parser = cfg.servers.flags.get("reasoning-parser")
     if parser is None or parser is False or parser == "":

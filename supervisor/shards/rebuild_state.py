@@ -137,7 +137,7 @@ def rebuild_from_config(config: JobConfig) -> tuple[RebuildSummary, Any, Any]:
             imported = import_file(store, prompts, partition=config.job.partition)
             spool = spool_dir(config)
             summary = rebuild(store, config, build_sink(config, spool), spool)
-            store.set_setting(Setting.OUTPUT_LOCATION, output_location(config, spool))
+            store.set_setting(Setting.OUTPUT_LOCATION, output_location(config, spool, store.path))
             return summary, imported, store.counts()
     except (OfflineRefused, UploadError) as exc:
         raise RebuildRefused(str(exc)) from None
