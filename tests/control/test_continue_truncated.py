@@ -194,3 +194,27 @@ def test_a_daemon_killed_mid_continuation_resumes_from_the_stored_ids(tmp_path: 
     by_id = {x["id"]: x for x in lines}
     for pid in stored:
         assert by_id[pid]["continued_from"] == OLD and by_id[pid]["max_tokens"] == 2048
+
+
+def test_requests_in_flight_at_the_raise_are_continued_when_they_end_truncated(
+        d: daemon.Daemon) -> None:
+    _wait(d, "SELECT count(*) FROM answer_tokens", lambda n: n >= 2, "truncated answers")
+    _wait(d, "SELECT count(*) FROM prompts WHERE status = 'in_flight'", lambda n: n >= 4,
+          "requests in flight")
+    with d.client() as client:
+        result = client.set_max_tokens(NEW, continue_truncated=True)
+    # Sent at the old limit before the raise, they end truncated after it: continued too.
+    _wait(d, f"SELECT count(*) FROM prompts WHERE continued_from IS NOT NULL",
+          lambda n: n >= 10, "continued answers")
+    with d.client() as client:
+        client.pause("look")
+    d.wait_status(lambda s: s.job.in_flight == 0, "nothing in flight")
+    _wait(d, "SELECT count(*) FROM prompts WHERE status = 'done' AND finish_reason = 'length' "
+          f"AND max_tokens < {NEW}", lambda n: n == 0, "no answer left truncated under the "
+          "new limit", 120)
+    assert d.query("SELECT count(*) FROM events WHERE kind = 'continue_truncated'") == [(1,)]
+    # More were continued (or are marked to be) than the raise found recorded.
+    continued = d.query("SELECT count(*) FROM prompts p LEFT JOIN answer_tokens t ON "
+                        "t.prompt_id = p.id WHERE p.continued_from IS NOT NULL "
+                        "OR t.continuing = 1")[0][0]
+    assert result.continued is not None and continued > result.continued
