@@ -140,6 +140,9 @@ def test_raise_with_continue_decodes_only_past_the_old_limit(d: daemon.Daemon) -
 
 def test_continue_is_refused_with_the_numbers_past_the_context_length(d: daemon.Daemon) -> None:
     _wait(d, "SELECT count(*) FROM answer_tokens", lambda n: n >= 1, "a truncated answer")
+    with d.client() as client:
+        client.pause("no answer lands meanwhile")     # a longer prompt would change the numbers
+    d.wait_status(lambda s: s.job.in_flight == 0, "nothing in flight")
     longest = d.query("SELECT max(p.prompt_tokens) FROM prompts p JOIN answer_tokens t "
                       "ON t.prompt_id = p.id")[0][0]
     with d.client() as client, pytest.raises(ControlRefused) as refused:
