@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 
 from state.store import Store
 from state.token_ids_table import unpack_ids
@@ -21,6 +22,8 @@ from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_st
 from tests.fixtures.real_sglang import (FidelityServer, fidelity_server,  # noqa: F401
                                         real_sglang, shared_sim)
 
+# The real server takes minutes to start on a busy CPU machine, and decodes slowly.
+pytestmark = pytest.mark.timeout(600)
 OLD, NEW = 16, 32
 ROWS = [{"id": f"p{i}", "messages": [{"role": "user", "content": f"Count the stars, part {i}."}]}
         for i in range(3)]
