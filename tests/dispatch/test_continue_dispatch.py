@@ -2,7 +2,8 @@
 and against real SGLang 0.5.23 (the CPU server; the real_sglang tier): answers cut off at 16
 tokens, the limit raised to 32 with continue, and each continued answer's ids are its stored
 16 followed by the continuation's, equal at temperature 0 to one 32-token run of the same
-prompt, and its text and reasoning split those of the one-go answer.
+prompt, and its text and reasoning split those of the one-go answer; truncated again at 32,
+continued again to 48, the same holds for its three parts.
 
 Through the real dispatcher (request path, stitching with the server's /detokenize) and a
 real SQLite store; the one-go answers are asked of the same server directly."""
@@ -24,7 +25,7 @@ from tests.fixtures.real_sglang import (FidelityServer, fidelity_server,  # noqa
 
 # The real server takes minutes to start on a busy CPU machine, and decodes slowly.
 pytestmark = pytest.mark.timeout(600)
-OLD, NEW = 16, 32
+OLD, NEW, AGAIN = 16, 32, 48
 ROWS = [{"id": f"p{i}", "messages": [{"role": "user", "content": f"Count the stars, part {i}."}]}
         for i in range(3)]
 
@@ -74,6 +75,15 @@ async def test_continued_answers_equal_one_run_at_the_new_limit(
             await serve_until(d, astore, endpoint, lambda c: c.done == len(ROWS), 300)
             await d.flush()
             totals = await astore.call(Store.continued_totals)
+            second = {pid: unpack_ids(blob) for pid, blob in db_rows(
+                tmp_path, "SELECT prompt_id, output_ids FROM answer_tokens")}
+            after_first = {r[0]: r[1:] for r in db_rows(
+                tmp_path, "SELECT id, content, reasoning_content, finish_reason, "
+                "completion_tokens, continued_from FROM prompts")}
+            await d.set_max_tokens(AGAIN, "test")
+            again = await d.continue_truncated("test")
+            await serve_until(d, astore, endpoint, lambda c: c.done == len(ROWS), 300)
+            await d.flush()
     finally:
         store.close()
     assert first, "no answer was cut off at 16 tokens"
@@ -82,15 +92,25 @@ async def test_continued_answers_equal_one_run_at_the_new_limit(
         assert len(stored) == OLD
         messages = next(r["messages"] for r in ROWS if r["id"] == pid)
         one_go = _one_go(server, messages, NEW)
-        ((content, reasoning, finish, tokens, continued_from),) = db_rows(
-            tmp_path, "SELECT content, reasoning_content, finish_reason, completion_tokens, "
-            "continued_from FROM prompts WHERE id = ?", pid)
+        content, reasoning, finish, tokens, continued_from = after_first[pid]
         assert continued_from == OLD
         assert one_go["ids"][:OLD] == list(stored), f"{server.kind}: {pid}'s first part"
         assert (finish, tokens) == (one_go["finish"], len(one_go["ids"])), server.kind
         assert (content, reasoning or "") == (one_go["content"], one_go["reasoning"]), \
             f"{server.kind}: {pid}'s text"
-        whole = db_rows(tmp_path, "SELECT output_ids FROM answer_tokens WHERE prompt_id = ?",
-                        pid)
         if finish == "length":
-            assert list(unpack_ids(whole[0][0])) == one_go["ids"], server.kind
+            assert list(second[pid]) == one_go["ids"], server.kind
+    # Truncated again at 32: continued again, from all 32 kept ids, to one 48-token run.
+    assert again.continued == len(second)
+    for pid, stored in second.items():
+        messages = next(r["messages"] for r in ROWS if r["id"] == pid)
+        one_go = _one_go(server, messages, AGAIN)
+        assert one_go["ids"][:NEW] == list(stored), f"{server.kind}: {pid}'s two parts"
+        ((content, reasoning, continued_from),) = db_rows(
+            tmp_path, "SELECT content, reasoning_content, continued_from FROM prompts "
+            "WHERE id = ?", pid)
+        assert continued_from == NEW
+        assert (content, reasoning or "") == (one_go["content"], one_go["reasoning"]), \
+            f"{server.kind}: {pid}'s text after three parts"
+        parts = db_rows(tmp_path, "SELECT parts FROM answer_tokens WHERE prompt_id = ?", pid)
+        assert parts in ([], [(3,)])
