@@ -24,6 +24,9 @@ class LogTail(Record):
 class MaxTokensRequest(Record):
     value: int
     requeue_truncated: bool = False   # also re-run what was truncated under a lower limit
+    # Continue what was truncated under a lower limit from its stored tokens instead (those
+    # without stored tokens are re-run from the start); loops stay, as with a requeue.
+    continue_truncated: bool = False
 
 
 @dataclass(frozen=True)
@@ -31,6 +34,9 @@ class MaxTokensResult(Record):
     old: int
     new: int
     requeued: int | None         # prompts requeued, when asked
+    continued: int | None = None  # answers sent to be continued from their stored tokens
+    tokens_kept: int | None = None  # the output tokens they hold (not decoded again)
+    rerun: int | None = None     # truncated answers with no stored tokens: re-run from scratch
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,8 @@ DIALOGS = {
     "resume": (data.paused_by_quality, ["p"], "resume", None),
     "reset": (data.with_failed_server, ["down"] * 5 + ["f"], "reset", "gpu5"),
     "pause": (data.healthy, ["p"], "pause", "paused by operator"),
-    "max tokens": (data.healthy, ["m"], "set_max_tokens", (8192, True)),
+    "max tokens": (data.healthy, ["m"], "set_max_tokens", (8192, True, False)),
+    "max tokens, continue": (data.continuable, ["m"], "set_max_tokens", (8192, False, True)),
 }
 
 

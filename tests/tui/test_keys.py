@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Checkbox, Input
+from textual.widgets import Checkbox, Input, RadioButton
 
 from tests.fixtures import tui_status_data as data
 from tests.fixtures.fake_daemon_client import FakeDaemon
@@ -50,7 +50,7 @@ async def test_max_tokens_dialog_sends_value_and_requeue() -> None:
         field.value = "6000"
         await pilot.press("enter")
         call = await until_called(pilot, d, "set_max_tokens")
-        assert call[1] == (6000, True)
+        assert call[1] == (6000, True, False)    # no continuation figures: requeue offered
         await pilot.pause(0.05)
         assert any("4,096 → 6,000" in m and "29,977" in m for m in notices(app))
 
@@ -67,9 +67,9 @@ async def test_max_tokens_without_requeue_and_bad_value() -> None:
         assert "not a whole number" in str(app.screen.query_one("#error").render())
         assert not [c for c in d.calls if c[0] == "set_max_tokens"]
         app.screen.query_one("#value", Input).value = "5000"
-        app.screen.query_one("#requeue", Checkbox).value = False
+        app.screen.query_one("#leave", RadioButton).value = True
         await pilot.press("enter")
-        assert (await until_called(pilot, d, "set_max_tokens"))[1] == (5000, False)
+        assert (await until_called(pilot, d, "set_max_tokens"))[1] == (5000, False, False)
 
 
 async def test_escape_cancels_without_a_request() -> None:
