@@ -44,6 +44,13 @@ class JobSection:
     partition: Partition | None = None
     # The node count for a Kubernetes Indexed Job (0 = DFLASH_PARTITION_COUNT).
     partition_count: int = 0
+    # Exact token ids kept in the state DB (4 bytes a token): "truncated" keeps those of
+    # every answer that ends at its max tokens (what continuing it needs), "all" of every
+    # answer.
+    keep_token_ids: str = "truncated"
+    # Shard lines carry the sampled `output_ids` (needs keep_token_ids = "all"), so a
+    # trainer reads the model's own tokens instead of re-tokenizing the text.
+    shard_output_ids: bool = False
 
 
 @dataclass(frozen=True)
