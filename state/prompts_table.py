@@ -12,7 +12,8 @@ from state.crash_points import crash_point
 from state.records import (DONE, FAILED, IN_FLIGHT, PENDING, STATUSES, ClaimedPrompt, Done,
                            Failed, ImportRow, InFlightClaim, Outcome, Requeue, Retry, StatusCounts,
                            TruncationCounts)
-from state.token_ids_table import count_continued, stored_answers, write_tokens
+from state.token_ids_table import (continue_now, count_continued, stored_answers,
+                                   write_tokens)
 from state.waste_table import Wasted, insert_waste
 
 
@@ -133,6 +134,9 @@ class PromptsTable(StoreConnection):
                 write_tokens(conn, o.id, o.tokens)
                 if o.continued_from is not None:
                     count_continued(conn, o.continued_from)
+                if o.continue_now and o.tokens is not None:
+                    continue_now(conn, o.id)
+                    self._move(conn, DONE, PENDING, 1)
                 shard_id = got[0][0]
                 if shard_id is not None:
                     # A regenerated prompt keeps its shard: rewrite it (and re-upload it).

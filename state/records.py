@@ -80,6 +80,9 @@ class Done:
     tokens: TokenIds | None = None
     # Output tokens the last part started from, when it continued a stored answer.
     continued_from: int | None = None
+    # Back to pending at once, to be continued from `tokens` (cut off under a limit that was
+    # raised with continue while it ran).
+    continue_now: bool = False
 
 
 @dataclass(frozen=True)

@@ -80,6 +80,13 @@ def write_tokens(conn: sqlite3.Connection, prompt_id: str, ids: TokenIds | None)
                   int(ids.in_reasoning), ids.parts))
 
 
+def continue_now(conn: sqlite3.Connection, prompt_id: str) -> None:
+    """A just-recorded answer back to pending, to be continued from its ids (marked first:
+    the requeue trigger then leaves its tokens out of the waste ledger)."""
+    conn.execute("UPDATE answer_tokens SET continuing = 1 WHERE prompt_id = ?", (prompt_id,))
+    conn.execute("UPDATE prompts SET status = 'pending' WHERE id = ?", (prompt_id,))
+
+
 def count_continued(conn: sqlite3.Connection, tokens_reused: int) -> None:
     conn.execute("UPDATE continued_totals SET answers = answers + 1, tokens = tokens + ?",
                  (tokens_reused,))

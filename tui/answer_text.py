@@ -13,8 +13,8 @@ def max_tokens(r: MaxTokensResult) -> str:
     if r.continued is not None:
         kept = si(r.tokens_kept or 0)
         text += f"; {r.continued:,} truncated answers to continue ({kept} tokens kept)"
-        if r.rerun:
-            text += f", {r.rerun:,} with no stored tokens re-run from the start"
+        if r.from_scratch:
+            text += f", {r.from_scratch:,} with no stored tokens re-run from the start"
     if r.requeued is not None:
         text += f"; {r.requeued:,} truncated prompts requeued"
     return text

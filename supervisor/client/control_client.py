@@ -101,7 +101,8 @@ class _Calls:
                      params={"lines": str(lines)})
 
     @staticmethod
-    def max_tokens(value: int, requeue_truncated: bool, continue_truncated: bool) -> _Call:
+    def max_tokens(value: int, requeue_truncated: bool,
+                   continue_truncated: bool = False) -> _Call:
         return _Call("POST", "/v1/max-tokens", MaxTokensResult,
                      MaxTokensRequest(value, requeue_truncated, continue_truncated))
 

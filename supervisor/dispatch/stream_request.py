@@ -32,6 +32,7 @@ from supervisor.dispatch.stream_deadlines import StreamDeadline, StreamDeadlines
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
 from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, request_timeout,
                                                wire_failure)
+from supervisor.sglang.token_ids import RETURN_IDS_HEADERS
 
 log = logging.getLogger("supervisor.dispatch")
 
@@ -44,6 +45,9 @@ LOOP_DRAIN_S = 10.0      # after aborting a loop, for the final usage (SGLang: o
 PACE_S = 0.05
 PACE_AFTER_S = 1.0
 DENSE_CHUNKS_PER_S = 20.0
+# Every streamed request asks for its exact token ids: a truncated answer is continued from
+# them, never from its text (supervisor/sglang/token_ids.py).
+STREAM_HEADERS = {**JSON_HEADERS, **RETURN_IDS_HEADERS}
 
 
 @dataclass
@@ -109,7 +113,7 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
         try:
             with d.scope:
                 async with client.post(base_url + "/v1/chat/completions", data=body,
-                                       headers=JSON_HEADERS,
+                                       headers=STREAM_HEADERS,
                                        timeout=request_timeout(timeout_s)) as resp:
                     if resp.status != 200 or not resp.headers.get(
                             "content-type", "").startswith("text/event-stream"):

@@ -62,10 +62,10 @@ def test_status_text_says_what_a_raise_would_continue_and_what_it_saved() -> Non
 
 def test_ctl_says_what_the_raise_continued() -> None:
     answer = MaxTokensResult(old=4096, new=8192, requeued=None, continued=1_733,
-                             tokens_kept=7_098_368, rerun=214)
+                             tokens_kept=7_098_368, from_scratch=214)
     assert result_text(answer) == (
-        "max tokens 4096 -> 8192, 1733 truncated answers to continue from their stored tokens "
-        "(7.1M tokens kept), 214 answers had no stored tokens: re-run from the start")
+        "max tokens 4096 -> 8192, 1,733 truncated answers to be continued (7,098,368 tokens "
+        "kept); 214 answers had no stored tokens: re-run from the start")
     assert result_text(MaxTokensResult(4096, 8192, None)) == "max tokens 4096 -> 8192"
 
 
