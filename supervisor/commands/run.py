@@ -1,5 +1,5 @@
 """`dflash-supervisor run --config PATH`: run a job until it ends (what the systemd unit
-starts), and turn how it ended into the exit status the README documents."""
+starts), and turn how it ended into the exit status docs/commands.md documents."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Sequence
 
 from supervisor.config import ConfigError
 
-# run's exit statuses (documented in README.md): 1 the state backup store is unreachable,
+# run's exit statuses (documented in docs/commands.md): 1 the state backup store is unreachable,
 # 2 refused at start (config, paths, state DB, another daemon), 3 stopped unfinished, 4 finished
 # but some prompts failed for good, 5 stopped by an error while running (disk full, ...), each
 # with one line saying what.
