@@ -7,9 +7,9 @@ stored ids, about 25 us an answer: ~0.7 s at 30K truncated answers, seconds at t
 job's 162K. In the store's queue that would hold up every claim and record behind it; on a
 read-only connection of its own in a worker thread it holds up nobody (WAL: readers never
 block the writer). The snapshot takes the latest figures, at most `refresh_s` old; a change
-in the answers marked to continue (a raise, a continuation finished) asks for a new read at
-once, but never sooner than `gap_factor` times the last read took after it: the reader keeps
-under a fifth of one core however large the job grows.
+in the truncated answers or in those marked to continue (a raise, a continuation finished)
+asks for a new read at once, but never sooner than `gap_factor` times the last read took
+after it: the reader keeps under a tenth of one core however large the job grows.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ EVERY_LIMIT = 2**31 - 1
 
 
 class ContinuableReader:
-    def __init__(self, path: Path, refresh_s: float = 30.0, gap_factor: float = 5.0) -> None:
+    def __init__(self, path: Path, refresh_s: float = 30.0, gap_factor: float = 9.0) -> None:
         self.path = path
         self.refresh_s = refresh_s
         self.gap_factor = gap_factor

@@ -38,7 +38,7 @@ class StatusBuilder:
         self.last: JobStatus | None = None
         # What a raise would continue: read in the background (the job runs `continuable.run`).
         self.continuable = ContinuableReader(astore.store.path)
-        self._continuation_seen: tuple[int, int] | None = None
+        self._continuation_seen: tuple[int, int, int] | None = None
 
     async def build(self, figures: StatusFigures | None = None) -> JobStatus:
         assert self.dispatcher is not None
@@ -86,7 +86,7 @@ class StatusBuilder:
         figures = await self.astore.call(Store.status_figures, d.max_tokens)
         js = await self.build(figures)
         totals = figures.continuation
-        seen = (totals.continuing, totals.continued_answers)
+        seen = (figures.truncated, totals.continuing, totals.continued_answers)
         if seen != self._continuation_seen:
             self._continuation_seen = seen
             self.continuable.want_fresh()
