@@ -5,8 +5,11 @@ Against a stand-in daemon with fixed contract data."""
 
 from __future__ import annotations
 
+from contextlib import asynccontextmanager
 from dataclasses import replace
+from typing import AsyncIterator
 
+from textual.pilot import Pilot
 from textual.widgets import RadioButton, Static
 
 from supervisor.contract.continuation import Continuation
@@ -55,34 +58,38 @@ def test_the_labels() -> None:
     assert [str(x) for x in JobProgress._waste_cells(pending)][-1] == "continuing 1,733"
 
 
-async def test_enter_continues_and_the_answer_says_what_was_kept() -> None:
-    d = FakeDaemon(data.continuable())
+@asynccontextmanager
+async def dialog_open(status: Status) -> AsyncIterator[tuple[Pilot, FakeDaemon, MaxTokensDialog]]:
+    """The app on a stand-in daemon serving `status`, with `m` pressed."""
+    d = FakeDaemon(status)
     app = make_app(d)
     async with app.run_test(size=WIDE) as pilot:
         await ready(pilot)
         await pilot.press("m")
         await pilot.pause(0.02)
-        assert app.screen.query_one("#continue", RadioButton).value
+        assert isinstance(app.screen, MaxTokensDialog)
+        yield pilot, d, app.screen
+
+
+async def test_enter_continues_and_the_answer_says_what_was_kept() -> None:
+    async with dialog_open(data.continuable()) as (pilot, d, dialog):
+        assert dialog.query_one("#continue", RadioButton).value
         await pilot.press("enter")
         assert (await until_called(pilot, d, "set_max_tokens"))[1] == (8192, False, True)
         await pilot.pause(0.05)
         assert any("4,096 → 8,192; 1,733 truncated answers to continue (7.1M tokens kept), "
-                   "214 with no stored tokens re-run from the start" in m for m in notices(app))
+                   "214 with no stored tokens re-run from the start" in m
+                   for m in notices(pilot.app))  # type: ignore[arg-type]
 
 
 async def test_arrows_choose_requeue_from_scratch_and_the_note_follows() -> None:
-    d = FakeDaemon(data.continuable())
-    app = make_app(d)
-    async with app.run_test(size=WIDE) as pilot:
-        await ready(pilot)
-        await pilot.press("m")
-        await pilot.pause(0.02)
-        note = app.screen.query_one("#note", Static)
+    async with dialog_open(data.continuable()) as (pilot, d, dialog):
+        note = dialog.query_one("#note", Static)
         assert "214 answers have no stored tokens" in str(note.render())
         # Tab from the value to the choices, down to the requeue, space to choose it.
         await pilot.press("tab", "down", "space")
         await pilot.pause(0.02)
-        assert app.screen.query_one("#requeue", RadioButton).value
+        assert dialog.query_one("#requeue", RadioButton).value
         assert "decoded again from its first token" in str(note.render())
         await pilot.press("shift+tab", "enter")
         assert (await until_called(pilot, d, "set_max_tokens"))[1] == (8192, True, False)
@@ -90,14 +97,7 @@ async def test_arrows_choose_requeue_from_scratch_and_the_note_follows() -> None
 
 async def test_a_daemon_that_cannot_continue_is_offered_the_requeue() -> None:
     for status in (data.healthy(), nothing_to_continue()):
-        d = FakeDaemon(status)
-        app = make_app(d)
-        async with app.run_test(size=WIDE) as pilot:
-            await ready(pilot)
-            await pilot.press("m")
-            await pilot.pause(0.02)
-            dialog = app.screen
-            assert isinstance(dialog, MaxTokensDialog)
+        async with dialog_open(status) as (pilot, d, dialog):
             cont = dialog.query_one("#continue", RadioButton)
             assert not cont.display and cont.disabled
             assert dialog.query_one("#requeue", RadioButton).value

@@ -4,27 +4,19 @@ continues them, and the rates line then counts the tokens not decoded again."""
 
 from __future__ import annotations
 
-from typing import Iterator
-
 import anyio
 import pytest
 from textual.widgets import RadioButton
 
 from tests.fixtures import control_daemon as daemon
-from tests.tui.test_live_daemon import QUICK, SIZE, attached, notices, shown, until
+# `d`: a daemon of this module's own, started as the live-daemon tests start theirs.
+from tests.tui.test_live_daemon import QUICK, SIZE, attached, d, notices, shown, until  # noqa: F401
 from tui.app import make_app
 from tui.client_protocol import connect
 from tui.dialogs.max_tokens_dialog import MaxTokensDialog, continue_label
 from tui.widgets.job.job_progress import JobProgress
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[daemon.Daemon]:
-    running = daemon.start(tmp_path_factory.mktemp("tui-continue") / "job")
-    yield running
-    assert running.stop() == 0, running.log()[-3000:]
 
 
 async def test_m_continues_the_truncated_answers_first(d: daemon.Daemon) -> None:
