@@ -22,7 +22,7 @@ from typing import Any
 from supervisor.contract.codec import ContractError, Record, dumps, from_plain
 from supervisor.contract.continuation import Continuation
 
-__all__ = ["SCHEMA_VERSION", "ContractError", "Continuation"]
+__all__ = ["SCHEMA_VERSION", "Continuation", "ContractError"]
 
 SCHEMA_VERSION = 1
 

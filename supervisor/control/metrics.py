@@ -114,12 +114,15 @@ class _StatusCollector(Collector):
         if cont is None:
             return
         for name, doc, value in (
-                ("dflash_continuable_answers", "Truncated answers a raise of max tokens would "
-                 "continue from their stored tokens", cont.continuable),
-                ("dflash_continuable_tokens", "Output tokens those answers hold (not decoded "
-                 "again when they are continued)", cont.tokens_kept),
-                ("dflash_truncated_without_ids", "Truncated answers with no stored tokens "
-                 "(a raise re-runs them from the start)", cont.without_ids),
+                ("dflash_continuable_answers", ("Truncated answers a raise of max tokens "
+                                                "would continue from their stored tokens"),
+                 cont.continuable),
+                ("dflash_continuable_tokens", ("Output tokens those answers hold (not decoded "
+                                               "again when they are continued)"),
+                 cont.tokens_kept),
+                ("dflash_truncated_without_ids", ("Truncated answers with no stored tokens (a "
+                                                  "raise re-runs them from the start)"),
+                 cont.without_ids),
                 ("dflash_continuations_pending", "Continuations waiting or in flight",
                  cont.pending)):
             yield GaugeMetricFamily(name, doc, value=value)

@@ -5,9 +5,9 @@ Against a stand-in daemon with fixed contract data."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
-from typing import AsyncIterator
 
 from textual.pilot import Pilot
 from textual.widgets import RadioButton, Static

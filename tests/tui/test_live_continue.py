@@ -9,6 +9,7 @@ import pytest
 from textual.widgets import RadioButton
 
 from tests.fixtures import control_daemon as daemon
+
 # `d`: a daemon of this module's own, started as the live-daemon tests start theirs.
 from tests.tui.test_live_daemon import QUICK, SIZE, attached, d, notices, shown, until  # noqa: F401
 from tui.app import make_app
@@ -27,6 +28,7 @@ async def test_m_continues_the_truncated_answers_first(d: daemon.Daemon) -> None
     app = make_app(connect(d.socket), timing=QUICK)
     async with app.run_test(size=SIZE) as pilot:
         await attached(pilot)
+        assert app.status is not None
         old = app.status.max_tokens
         await pilot.press("m")
         await until(pilot, lambda: isinstance(app.screen, MaxTokensDialog),
