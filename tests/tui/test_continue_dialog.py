@@ -20,6 +20,7 @@ from tests.fixtures.tui_pilot import NARROW, WIDE, app_with, settled, until_call
 from tests.tui.test_keys import notices, ready
 from tui.app import make_app
 from tui.dialogs.max_tokens_dialog import MaxTokensDialog, continue_label, rerun_note
+from tui.event_text import describe
 from tui.widgets.job.job_progress import JobProgress
 
 
@@ -56,6 +57,17 @@ def test_the_labels() -> None:
     assert cells == ["goodput 98.2%", "continued 1.3M tok"]
     pending = replace(data.continuable(), continuation=replace(c, pending=1_733))
     assert [str(x) for x in JobProgress._waste_cells(pending)][-1] == "continuing 1,733"
+
+
+def test_the_event_line() -> None:
+    e = data.event(107, "continue_truncated", "generation",
+                   {"continued": 1_733, "from_scratch": 214, "tokens_kept": 7_098_368,
+                    "below_max_tokens": 8192, "include_loops": False}, "user:alice")
+    assert describe(e) == ("continuing 1733 truncated answers from their tokens (7.10M kept, "
+                           "under 8192 tokens); 214 with no stored tokens re-run from the "
+                           "start")
+    assert describe(replace(e, detail_json='{"continued": 3, "from_scratch": 0}')) == (
+        "continuing 3 truncated answers from their tokens (? kept, under ? tokens)")
 
 
 @asynccontextmanager

@@ -105,7 +105,10 @@ class MaxTokensDialog(FormDialog[MaxTokensChoice | None]):
         cont.display, cont.disabled = can_continue, not can_continue
         if c is not None:
             cont.label = continue_label(c)
-        how_many = f"{self.truncated:,} " if self.truncated is not None else ""
+        # Both counts from the daemon's one read where it continues, so that they agree (the
+        # job's truncated count is fresher than the continuable figures' background read).
+        truncated = c.continuable + c.without_ids if c is not None else self.truncated
+        how_many = f"{truncated:,} " if truncated is not None else ""
         self.query_one("#requeue", RadioButton).label = (
             f"Requeue the {how_many}truncated answers from scratch")
         self.query_one(f"#{'continue' if can_continue else 'requeue'}", RadioButton).value = True
