@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.config, workdir=args.workdir)
         check_gpus_exist(config, node_gpu_count())
         # Before the first launch: flags the installed SGLang's parser refuses stop the start.
-        from supervisor.servers.flag_check import require_accepted_flags
+        from supervisor.servers.flag_gate import require_accepted_flags
         if config.servers.own_servers:     # attached servers run their own job's flags
             require_accepted_flags(config.servers)
     except ConfigError as exc:

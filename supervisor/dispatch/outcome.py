@@ -1,9 +1,9 @@
 """Turning a classified answer into the outcome the store records for its prompt.
 
 A completion becomes `Done` with how it was produced; SGLang refusing the prompt for its
-length (context_refusal.py) fails it for good; anything else is a counted retry, failed once
-attempts run out. (While the circuit breaker is open the dispatcher sends an error's prompt
-back to pending instead, before it gets here: error_breaker.py.)
+length (supervisor/sglang/context_refusal.py) fails it for good; anything else is a counted
+retry, failed once attempts run out. (While the circuit breaker is open the dispatcher sends
+an error's prompt back to pending instead, before it gets here: error_breaker.py.)
 """
 
 from __future__ import annotations

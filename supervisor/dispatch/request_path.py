@@ -29,8 +29,7 @@ from supervisor.contract.pause_sources import PauseSource
 from supervisor.contract.waste_causes import WasteCause
 from supervisor.dispatch.answer_tokens import Finished, continued, fresh_tokens, keeps
 from supervisor.dispatch.bad_output_pause import BadOutputPause
-from supervisor.dispatch.completion import (Answer, Completion, Retryable, classify_response,
-                                            request_body)
+from supervisor.dispatch.completion import Answer, Completion, Retryable, classify_response
 from supervisor.dispatch.dispatch_figures import DispatchFigures
 from supervisor.dispatch.dispatch_snapshot import InFlightRequest, StreamFigures
 from supervisor.dispatch.error_breaker import ErrorBreaker
@@ -38,15 +37,15 @@ from supervisor.dispatch.loop_detector import is_loop
 from supervisor.dispatch.outcome import outcome_of
 from supervisor.dispatch.pauses import Pauses
 from supervisor.dispatch.recorder import Recorder
-from supervisor.dispatch.request_ids import request_id
 from supervisor.dispatch.serving import Serving
 from supervisor.dispatch.stall_watch import StallWindow
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_loop_watch import StreamLoopWatch
 from supervisor.dispatch.stream_request import Streamed, stream_chat
-from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, request_timeout,
-                                               wire_failure)
+from supervisor.dispatch.worker_client import WIRE_ERRORS, request_timeout, wire_failure
+from supervisor.sglang.chat_request import post_chat, request_body
 from supervisor.sglang.continuation import continuation_body
+from supervisor.sglang.request_ids import request_id
 
 log = logging.getLogger("supervisor.dispatch")
 
@@ -134,9 +133,8 @@ class RequestPath:
                                              wait_s=d.wait_s)
                 answer, gone = streamed.answer, streamed.gone
             else:
-                async with client.post(endpoint.base_url + "/v1/chat/completions",
-                                       data=body, headers=JSON_HEADERS,
-                                       timeout=request_timeout(timeout)) as resp:
+                async with post_chat(client, endpoint.base_url, body,
+                                     request_timeout(timeout)) as resp:
                     answer = classify_response(
                         resp.status, (await resp.read()).decode("utf-8", "replace"))
         except WIRE_ERRORS as exc:

@@ -10,7 +10,7 @@ import pytest
 
 from state.records import Completion, StoredAnswer, TokenIds
 from supervisor.config import GenerationSection
-from supervisor.dispatch.completion import request_body
+from supervisor.sglang.chat_request import request_body
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.sglang.continuation import (continuation_body, inexact_sampling, split_answer,
                                             stitch)

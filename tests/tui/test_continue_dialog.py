@@ -12,6 +12,7 @@ from dataclasses import replace
 from textual.pilot import Pilot
 from textual.widgets import RadioButton, Static
 
+from supervisor.contract.actions import MaxTokensRequest
 from supervisor.contract.continuation import Continuation
 from supervisor.contract.status import Status
 from tests.fixtures import tui_status_data as data
@@ -87,7 +88,8 @@ async def test_enter_continues_and_the_answer_says_what_was_kept() -> None:
     async with dialog_open(data.continuable()) as (pilot, d, dialog):
         assert dialog.query_one("#continue", RadioButton).value
         await pilot.press("enter")
-        assert (await until_called(pilot, d, "set_max_tokens"))[1] == (8192, False, True)
+        assert (await until_called(pilot, d, "max-tokens"))[1] == MaxTokensRequest(
+            8192, continue_truncated=True)
         await pilot.pause(0.05)
         assert any("4,096 → 8,192; 1,733 truncated answers to continue (7.1M tokens kept), "
                    "214 with no stored tokens re-run from the start" in m
@@ -104,7 +106,8 @@ async def test_arrows_choose_requeue_from_scratch_and_the_note_follows() -> None
         assert dialog.query_one("#requeue", RadioButton).value
         assert "decoded again from its first token" in str(note.render())
         await pilot.press("shift+tab", "enter")
-        assert (await until_called(pilot, d, "set_max_tokens"))[1] == (8192, True, False)
+        assert (await until_called(pilot, d, "max-tokens"))[1] == MaxTokensRequest(
+            8192, requeue_truncated=True)
 
 
 async def test_a_daemon_that_cannot_continue_is_offered_the_requeue() -> None:
@@ -118,4 +121,4 @@ async def test_a_daemon_that_cannot_continue_is_offered_the_requeue() -> None:
             await pilot.pause(0.02)
             assert dialog.query_one("#leave", RadioButton).value and not cont.value
             await pilot.press("shift+tab", "enter")
-            assert (await until_called(pilot, d, "set_max_tokens"))[1] == (8192, False, False)
+            assert (await until_called(pilot, d, "max-tokens"))[1] == MaxTokensRequest(8192)

@@ -79,7 +79,7 @@ async def test_enter_opens_the_node_and_its_keys_act_on_it_alone() -> None:
         await pilot.press("p")
         app.screen.query_one("#reason", Input).value = "maintenance"
         await pilot.press("enter")
-        assert (await until_called(pilot, daemons[0], "pause"))[1] == "maintenance"
+        assert (await until_called(pilot, daemons[0], "pause"))[1].reason == "maintenance"
         assert not [c for c, _ in daemons[1].calls if c != "status"]
         await pilot.press("escape")
         await settled(pilot)
