@@ -306,6 +306,7 @@ class Job:
                                     self._control_status)
             tg.start_soon(control.run, name="control socket")
             tg.start_soon(gpu.run, name="gpu telemetry")
+            tg.start_soon(status.continuable.run, name="continuable answers")
             tg.start_soon(shards.run, name="shards")
             tg.start_soon(uploader.run, name="uploads")
             if backup is not None:
