@@ -4,16 +4,29 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass
-from typing import Sequence
 
 from state.connection import StoreConnection, dumps
 from state.crash_points import crash_point
-from state.records import (DONE, FAILED, IN_FLIGHT, PENDING, STATUSES, ClaimedPrompt, Done,
-                           Failed, ImportRow, InFlightClaim, Outcome, Requeue, Retry, StatusCounts,
-                           TruncationCounts)
-from state.token_ids_table import (continue_now, count_continued, stored_answers,
-                                   write_tokens)
+from state.records import (
+    DONE,
+    FAILED,
+    IN_FLIGHT,
+    PENDING,
+    STATUSES,
+    ClaimedPrompt,
+    Done,
+    Failed,
+    ImportRow,
+    InFlightClaim,
+    Outcome,
+    Requeue,
+    Retry,
+    StatusCounts,
+    TruncationCounts,
+)
+from state.token_ids_table import continue_now, count_continued, stored_answers, write_tokens
 from state.waste_table import Wasted, insert_waste
 
 
@@ -266,11 +279,11 @@ class PromptsTable(StoreConnection):
         """(status, attempts, error) of one prompt, or None if unknown."""
         rows = self._read("SELECT status, attempts, error FROM prompts WHERE id = ?",
                           (prompt_id,))
-        return tuple(rows[0]) if rows else None  # type: ignore[return-value]
+        return tuple(rows[0]) if rows else None
 
     def failed_prompts(self, limit: int = 100) -> list[tuple[str, int, str | None]]:
         """(id, attempts, error) of failed prompts, in import order."""
-        return [tuple(r) for r in self._read(  # type: ignore[misc]
+        return [tuple(r) for r in self._read(
             "SELECT id, attempts, error FROM prompts WHERE status = 'failed' "
             "ORDER BY rowid LIMIT ?", (limit,))]
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import sqlite3
 import sys
 from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from state.connection import StoreConnection
 from state.records import DONE, PENDING, StoredAnswer, TokenIds
@@ -133,8 +133,8 @@ class TokenIdsTable(StoreConnection):
                     "JOIN answer_tokens t ON t.prompt_id = p.id WHERE t.continuing = 1 "
                     "AND p.status = 'done'").fetchone()[0])
             n = conn.execute(
-                f"UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
-                f"WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
+                "UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
+                "WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
                 + ("" if include_loops else " AND coalesce(loop, 0) = 0"),
                 (below_max_tokens,)).rowcount
             self._move(conn, DONE, PENDING, n)
