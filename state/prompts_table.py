@@ -26,7 +26,13 @@ from state.records import (
     StatusCounts,
     TruncationCounts,
 )
-from state.token_ids_table import continue_now, count_continued, stored_answers, write_tokens
+from state.token_ids_table import (
+    continue_now,
+    count_continued,
+    stored_answers,
+    truncated_to_pending,
+    write_tokens,
+)
 from state.waste_table import Wasted, insert_waste
 
 
@@ -181,11 +187,7 @@ class PromptsTable(StoreConnection):
         so the output never loses a line meanwhile. Degenerate loops stay unless
         `include_loops`: a looping model loops again, at twice the cost."""
         with self._tx() as conn:
-            n = conn.execute(
-                "UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
-                "WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
-                + ("" if include_loops else " AND coalesce(loop, 0) = 0"),
-                (below_max_tokens,)).rowcount
+            n = truncated_to_pending(conn, below_max_tokens, include_loops)
             self._move(conn, DONE, PENDING, n)
         return n
 
