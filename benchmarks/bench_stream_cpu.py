@@ -81,7 +81,7 @@ def bare_child(args: argparse.Namespace) -> None:
     import anyio
 
     from supervisor.config import parse_config
-    from supervisor.dispatch.completion import request_body
+    from supervisor.sglang.chat_request import request_body
 
     cfg = parse_config({"job": {"model": "sim"},
                         "generation": {"max_tokens": args.max_tokens, "enable_thinking": True},

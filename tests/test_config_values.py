@@ -81,7 +81,7 @@ def test_a_key_under_the_wrong_table_names_both_tables(tmp_path: Path, capsys):
                                           r"stop_grace_s belongs in \[servers\] "
                                           r"\(servers.stop_grace_s\) or \[dispatch\]"):
         parse_config({"job": {"stop_grace_s": 2}})
-    with pytest.raises(ConfigError, match=r"job.colour: unknown key \(allowed: model, output"):
+    with pytest.raises(ConfigError, match=r"job.colour: unknown key \(allowed: keep_token_ids, model, output"):
         parse_config({"job": {"colour": 2}})
     with pytest.raises(ConfigError, match=r"colour: a key at the top of the file, outside any "
                                           r"table, and no table has it \(tables: \[job\]"):

@@ -101,9 +101,10 @@ class _Calls:
                      params={"lines": str(lines)})
 
     @staticmethod
-    def max_tokens(value: int, requeue_truncated: bool) -> _Call:
+    def max_tokens(value: int, requeue_truncated: bool,
+                   continue_truncated: bool = False) -> _Call:
         return _Call("POST", "/v1/max-tokens", MaxTokensResult,
-                     MaxTokensRequest(value, requeue_truncated))
+                     MaxTokensRequest(value, requeue_truncated, continue_truncated))
 
     @staticmethod
     def requeue_truncated(include_loops: bool = False) -> _Call:
@@ -250,8 +251,9 @@ class ControlClient:
     def log(self, server: str, lines: int = 200) -> LogTail:
         return self._do(_Calls.log(server, lines))
 
-    def set_max_tokens(self, value: int, *, requeue_truncated: bool = False) -> MaxTokensResult:
-        return self._do(_Calls.max_tokens(value, requeue_truncated))
+    def set_max_tokens(self, value: int, *, requeue_truncated: bool = False,
+                       continue_truncated: bool = False) -> MaxTokensResult:
+        return self._do(_Calls.max_tokens(value, requeue_truncated, continue_truncated))
 
     def requeue_truncated(self, *, include_loops: bool = False) -> RequeueResult:
         return self._do(_Calls.requeue_truncated(include_loops))
@@ -330,9 +332,9 @@ class AsyncControlClient:
     async def log(self, server: str, lines: int = 200) -> LogTail:
         return await self._do(_Calls.log(server, lines))
 
-    async def set_max_tokens(self, value: int, *,
-                             requeue_truncated: bool = False) -> MaxTokensResult:
-        return await self._do(_Calls.max_tokens(value, requeue_truncated))
+    async def set_max_tokens(self, value: int, *, requeue_truncated: bool = False,
+                             continue_truncated: bool = False) -> MaxTokensResult:
+        return await self._do(_Calls.max_tokens(value, requeue_truncated, continue_truncated))
 
     async def requeue_truncated(self, *, include_loops: bool = False) -> RequeueResult:
         return await self._do(_Calls.requeue_truncated(include_loops))

@@ -194,6 +194,12 @@ def result_text(record: object) -> str:
     """One readable line for an action's answer."""
     if isinstance(record, MaxTokensResult):
         more = f", {record.requeued} truncated prompts requeued" if record.requeued is not None else ""
+        if record.continued is not None:
+            more += (f", {record.continued:,} truncated answers to be continued "
+                     f"({record.tokens_kept or 0:,} tokens kept)")
+            if record.from_scratch:
+                more += (f"; {record.from_scratch:,} answers had no stored tokens: re-run "
+                         f"from the start")
         return f"max tokens {record.old} -> {record.new}{more}"
     if isinstance(record, RequeueResult):
         left = (f"; {record.loops_left} looping ones left (--include-loops re-runs them)"

@@ -2,7 +2,7 @@
 
 Prints each server's exact command line and CUDA_VISIBLE_DEVICES, and the config's warnings.
 It then puts the pass-through flags to the installed SGLang's own argument parser
-(supervisor/servers/flag_check.py, the same check the daemon makes at start), because SGLang
+(supervisor/sglang/flag_check.py, the same check the daemon makes at start), because SGLang
 renames flags between releases and a typo would otherwise surface as eight servers failing at
 start. A launch command of another shape (a wrapper script) is asked for its `--help`
 instead, where SGLang is installed here, and every flag is looked up in it.
@@ -28,9 +28,10 @@ import sys
 from typing import Callable, Iterable, Sequence
 
 from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
-from supervisor.servers.flag_check import FlagVerdict, sglang_verdict
 from supervisor.config.attach_urls import attach_targets
+from supervisor.servers.flag_gate import sglang_verdict
 from supervisor.servers.launch_command import build_specs, max_running, server_devices
+from supervisor.sglang.flag_check import FlagVerdict
 
 HelpProvider = Callable[[Sequence[str]], str]
 

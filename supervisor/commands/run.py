@@ -1,5 +1,5 @@
 """`dflash-supervisor run --config PATH`: run a job until it ends (what the systemd unit
-starts), and turn how it ended into the exit status the README documents."""
+starts), and turn how it ended into the exit status docs/commands.md documents."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Sequence
 
 from supervisor.config import ConfigError
 
-# run's exit statuses (documented in README.md): 1 the state backup store is unreachable,
+# run's exit statuses (documented in docs/commands.md): 1 the state backup store is unreachable,
 # 2 refused at start (config, paths, state DB, another daemon), 3 stopped unfinished, 4 finished
 # but some prompts failed for good, 5 stopped by an error while running (disk full, ...), each
 # with one line saying what.
@@ -89,7 +89,7 @@ def _run(args: argparse.Namespace) -> int:
         config = load_config(args.config, workdir=args.workdir)
         check_gpus_exist(config, node_gpu_count())
         # Before the first launch: flags the installed SGLang's parser refuses stop the start.
-        from supervisor.servers.flag_check import require_accepted_flags
+        from supervisor.servers.flag_gate import require_accepted_flags
         if config.servers.own_servers:     # attached servers run their own job's flags
             require_accepted_flags(config.servers)
     except ConfigError as exc:

@@ -1,8 +1,19 @@
-"""The job config's sections: every key, its type and its default, and the error a bad one
-raises. Parsing and checking are beside this (coerce.py, checks.py, load.py)."""
+"""The job config's sections: every key, its type, its default and what it means, and the
+error a bad one raises. Parsing and checking are beside this (coerce.py, checks.py, load.py).
+
+The rule for a key: declare it with `key(default, "what it means")`, the text written for
+an operator (what the value does, its unit, what 0 or false turns off). That text is the
+key's only documentation: `python -m supervisor.config.reference` writes it into
+docs/configuration.md, and tests/test_config_reference.py fails on a key without text, on a
+docs/configuration.md the generator would write differently, and on a README, docs/ page or
+systemd/example-config.toml that names a `section.key` not declared here. So adding a key is
+three steps: declare it here with its text, run the generator, commit both. A section's
+docstring is the paragraph under its heading in the reference.
+"""
 
 from __future__ import annotations
 
+from copy import copy
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -10,6 +21,15 @@ from typing import Any, Mapping
 
 class ConfigError(ValueError):
     """A config value that cannot be used; the message names the key."""
+
+
+def key(default: Any, doc: str, *, shown: str = "") -> Any:
+    """A config key's field: its default and its text for the reference (`shown`: how the
+    default reads there when its value alone would mislead, e.g. "" for a derived path)."""
+    meta = {"doc": doc, "shown": shown}
+    if isinstance(default, (dict, list, set)):
+        return field(default_factory=lambda: copy(default), metadata=meta)
+    return field(default=default, metadata=meta)
 
 
 @dataclass(frozen=True)
@@ -34,74 +54,130 @@ class Partition:
 
 @dataclass(frozen=True)
 class JobSection:
-    prompts: str = "prompts.jsonl"
-    state: str = "job.db"
-    # A local directory, or s3://bucket/prefix/
-    output: str = "output"
-    shard_size: int = 500
-    model: str = "default"
-    # "I/N", or "auto" in the file: resolved at load from the scheduler's environment.
-    partition: Partition | None = None
-    # The node count for a Kubernetes Indexed Job (0 = DFLASH_PARTITION_COUNT).
-    partition_count: int = 0
+    """What the job reads, where it writes, and which part of a shared prompt file is this
+    node's."""
+    prompts: str = key("prompts.jsonl", "the JSONL prompts file: OpenAI `messages`, ShareGPT "
+                       "`conversations` (turns as `from`/`value` or `role`/`content`), a bare "
+                       "`prompt`, or MT-bench's `turns`; `id` optional (docs/prompts.md)")
+    state: str = key("job.db", "the SQLite state DB, the job's audit record (state/README.md)")
+    output: str = key("output", "a local directory, or `s3://bucket/prefix/`; checked at start, "
+                      "before the import, for a file there or a directory the daemon cannot "
+                      "write")
+    shard_size: int = key(500, "completions per JSONL shard")
+    model: str = key("default", "the model name sent to SGLang and written in every line; no `:` "
+                     "(SGLang reads `model:adapter` as a LoRA adapter)")
+    # "auto" in the file is resolved at load from the scheduler's environment.
+    partition: Partition | None = key(None, "`\"I/N\"`: this node's share of a prompt file shared "
+                                      "by N nodes (prompts whose stable id hash is I mod N); "
+                                      "`\"auto\"`: I and N from a Slurm array or a Kubernetes "
+                                      "Indexed Job (docs/many-nodes.md)")
+    partition_count: int = key(0, "N for a Kubernetes Indexed Job (0: the "
+                               "`DFLASH_PARTITION_COUNT` variable)")
+    keep_token_ids: str = key("truncated", "exact token ids kept in the state DB, 4 bytes a "
+                              "token: `\"truncated\"` those of every answer that ends at its "
+                              "max tokens (what continuing it needs), `\"all\"` every answer's "
+                              "(docs/continuing-truncated-answers.md)")
+    shard_output_ids: bool = key(False, "shard lines carry the sampled `output_ids`, so a trainer "
+                                 "reads the model's own tokens instead of re-tokenizing the "
+                                 "text (needs `keep_token_ids = \"all\"`)")
 
 
 @dataclass(frozen=True)
 class GenerationSection:
-    max_tokens: int = 4096
-    temperature: float = 0.6
-    top_p: float = 0.95
-    enable_thinking: bool = True
+    """Sampling, and the max tokens the job starts with."""
+    max_tokens: int = key(4096, "the starting max tokens; changed live by the operator (kept in "
+                          "the DB across restarts); must stay below "
+                          "`servers.flags.context-length`")
+    temperature: float = key(0.6, "sampling temperature")
+    top_p: float = key(0.95, "sampling top-p")
+    enable_thinking: bool = key(True, "sends `chat_template_kwargs.enable_thinking` (`false` too "
+                                "when off: Qwen3's template thinks when nothing is said) and, "
+                                "when on, `separate_reasoning`; on needs "
+                                "`servers.flags.reasoning-parser`, or SGLang puts the thinking, "
+                                "`<think>` tags and all, in `content`")
 
 
 @dataclass(frozen=True)
 class ServersSection:
-    # Either an explicit GPU list or a count (count=N means GPUs 0..N-1).
-    gpus: tuple[int, ...] = ()
-    count: int = 0
-    tp_size: int = 1
-    host: str = "127.0.0.1"
-    base_port: int = 30000
-    # The launch command before the flags; real SGLang by default.
-    command: tuple[str, ...] = ("python", "-m", "sglang.launch_server")
-    model_path: str = ""
-    # Pass-through SGLang flags, in order: {"mem-fraction-static": 0.88, "enable-metrics": true}
-    flags: Mapping[str, Any] = field(default_factory=dict)
-    log_dir: str = "logs"
-    startup_timeout_s: float = 1200.0
-    health_interval_s: float = 5.0
+    """The SGLang servers: which GPUs, how each is launched, and how it is supervised
+    (supervisor/servers/README.md has the states and the timings' use)."""
+    gpus: tuple[int, ...] = key((), "the GPU list, or use `count`; ids >= 0, each once. Where the "
+                                "daemon starts with `CUDA_VISIBLE_DEVICES` set (Slurm's "
+                                "`--gres=gpu:N`, a Kubernetes device plugin) these index into "
+                                "that list: GPU 0 is its first entry, a server's "
+                                "`CUDA_VISIBLE_DEVICES` is its entries (ordinals or UUIDs as "
+                                "the scheduler wrote them), an index past the list stops the "
+                                "start, and GPU telemetry shows the listed GPUs under the same "
+                                "indices", shown="none")
+    count: int = key(0, "N for GPUs 0..N-1 (instead of `gpus`); 0 with `attach` alone runs no "
+                     "server of the daemon's own")
+    tp_size: int = key(1, "GPUs per server (a tensor-parallel group)")
+    host: str = key("127.0.0.1", "an IP address (v4 or v6) or host name the servers bind and the "
+                    "daemon connects to; no scheme, no port")
+    base_port: int = key(30000, "server i listens on `base_port + i`; keep them out of "
+                         "22000-29999, where SGLang picks its NCCL ports (warned at load)")
+    command: tuple[str, ...] = key(("python", "-m", "sglang.launch_server"),
+                                   "the launch command before the flags (the demo uses the "
+                                   "simulator); absolute under systemd, whose PATH has no venv")
+    model_path: str = key("", "`--model-path`; required unless the job only attaches servers",
+                          shown="none")
+    flags: Mapping[str, Any] = key({}, "the table `[servers.flags]`: SGLang flags passed through "
+                                   "in order, `name = value` gives `--name value`, `true` gives "
+                                   "`--name`. Without `stream-interval` the daemon adds "
+                                   "`--stream-interval 16` (SGLang's default, 1, streams a chunk "
+                                   "per token: benchmarks/README.md); without `enable-metrics` it "
+                                   "adds `--enable-metrics` (`enable-metrics = false` switches "
+                                   "SGLang's `/metrics` off: over-commit, saturation and waiting "
+                                   "detection are then blind, as a load warning and each "
+                                   "server's status say). At `run` they are put to the installed "
+                                   "SGLang's own parser (docs/checks.md)", shown="none")
+    log_dir: str = key("logs", "one rotating log per server: the server writes it itself (never "
+                       "a pipe to the daemon), the daemon follows it")
+    startup_timeout_s: float = key(1200.0, "model load and CUDA graph capture: the longest a "
+                                   "server may take from launch to `/health_generate` 200")
+    health_interval_s: float = key(5.0, "seconds between health probes (and reads of SGLang's "
+                                   "`/metrics`) of a READY server")
     # Above SGLang's own 20 s: /health_generate waits that long for the scheduler to make
-    # progress before its 503 (`sglang/srt/entrypoints/http_server.py:218`), so a loaded
-    # server may answer 200 after 15 s; a shorter probe would count that as a failure.
-    health_timeout_s: float = 30.0
-    health_failures: int = 3
-    # Hung: requests in flight and no token from the server for this long (none of its
-    # streams produced one, nor SGLang's decode-token counter moved). Completions never
-    # decide it: a long thinking answer takes many minutes. Without either token signal
-    # (dispatch.stream off and no --enable-metrics), no completion for the longest answer
-    # at the measured speed (servers/hang_rule.py), never less than this.
-    hang_timeout_s: float = 600.0
-    stop_grace_s: float = 30.0
-    drain_timeout_s: float = 300.0
-    backoff_initial_s: float = 5.0
-    backoff_max_s: float = 300.0
-    # More than max_failures failures within failure_window_s → FAILED until an operator acts.
-    max_failures: int = 5
-    failure_window_s: float = 1800.0
-    # ... or this many lives in a row ended in failure without serving (0: never): a life
-    # served when its token progress lasted served_after_s. A hang caught only after
-    # hang_timeout_s never fills the window above; this count still ends the loop.
-    max_unserved_failures: int = 5
-    served_after_s: float = 300.0
-    # Who runs the server processes (servers/launcher.py): "process" (the daemon's own
-    # children, each in its own session), "systemd" (a unit per server, so a restart of the
-    # daemon's service leaves them running), "auto" (systemd when the daemon is a systemd
-    # service and the template unit is installed, else process).
-    launcher: str = "auto"
-    # SGLang servers the daemon did not launch (separate Slurm jobs, pods), "http://host:port"
-    # each: supervised and fed like its own servers, but never started, restarted or stopped
-    # (servers/attached_server.py). Named ext0, ext1, ... in the order given.
-    attach: tuple[str, ...] = ()
+    # progress before its 503 (`sglang/srt/entrypoints/http_server.py:218`).
+    health_timeout_s: float = key(30.0, "one `/health_generate` probe's limit: above SGLang's own "
+                                  "20 s (it waits that long for its scheduler before its 503), "
+                                  "so a loaded server is not failed by our probe while SGLang "
+                                  "would still answer; 21 s or less is warned at load (not for "
+                                  "the simulator)")
+    health_failures: int = key(3, "failed or timed-out health probes in a row that end a life "
+                               "(a `hang`)")
+    hang_timeout_s: float = key(600.0, "hung: requests in flight and no token from the server "
+                                "this long (none of its streams, nor SGLang's decode-token "
+                                "counter); completions never decide it, a thinking answer "
+                                "takes minutes. Without a token signal (`dispatch.stream` off "
+                                "and no `enable-metrics`): no completion for the longest answer "
+                                "at the measured speed, never less than this")
+    stop_grace_s: float = key(30.0, "after SIGTERM to a server's process group, how long it may "
+                              "take to exit before SIGKILL")
+    drain_timeout_s: float = key(300.0, "a restart or retune lets a server's requests in flight "
+                                 "finish this long; the rest is requeued")
+    backoff_initial_s: float = key(5.0, "the first restart's wait; doubling per failure (+-20% "
+                                   "jitter)")
+    backoff_max_s: float = key(300.0, "the longest wait between restarts")
+    max_failures: int = key(5, "more failures than this within `failure_window_s`: FAILED until "
+                            "an operator resets it")
+    failure_window_s: float = key(1800.0, "the window `max_failures` counts in")
+    max_unserved_failures: int = key(5, "... or this many lives in a row ended in failure without "
+                                     "serving: FAILED (0: never); a hang seen only after "
+                                     "`hang_timeout_s` never fills the window above")
+    served_after_s: float = key(300.0, "a life served when its token progress lasted this long "
+                                "(it starts the unserved count again)")
+    launcher: str = key("auto", "who runs the server processes: `process` (the daemon's own "
+                        "children, each in a session of its own), `systemd` (a "
+                        "`dflash-sglang@` unit per server, so a daemon restart leaves them "
+                        "loaded), `auto` (systemd when the daemon is a systemd service and "
+                        "the template is installed, else process); docs/what-survives-what.md")
+    attach: tuple[str, ...] = key((), "SGLang servers the daemon did not launch (separate Slurm "
+                                  "jobs, pods), `[\"http://node7:30000\", ...]`, each "
+                                  "`http(s)://host:port` with nothing after the port: supervised "
+                                  "and fed like its own, never launched, restarted, retuned or "
+                                  "stopped; named `ext0`, `ext1`, ... in the order given "
+                                  "(docs/what-survives-what.md, \"Attached servers\")")
 
     @property
     def own_servers(self) -> bool:
@@ -134,106 +210,122 @@ class ServersSection:
 
 @dataclass(frozen=True)
 class DispatchSection:
-    # 0 → follow the server: its --max-running-requests flag, else the limit SGLang reports
-    # on /server_info once READY (effective_max_running_requests_per_dp per DP rank).
-    max_in_flight_per_server: int = 0
-    request_timeout_s: float = 3600.0
-    max_attempts: int = 3
-    claim_batch: int = 64
-    # On SIGTERM, how long requests in flight may run to completion before they are cut
-    # off and requeued (0 = requeue at once). Minutes of GPU work per stop are worth a wait.
-    stop_grace_s: float = 120.0
-    # The circuit breaker: pause dispatch when more than this share of the last
-    # breaker_window answers were errors (once breaker_min_samples are in). One bad setting
-    # fails every request in milliseconds; this stops it before every prompt is failed.
-    breaker_error_rate: float = 0.5
-    breaker_window: int = 200
-    breaker_min_samples: int = 50
-    # Stream each answer (SSE, with our own request id) so a request is watched while it
-    # decodes: stalls and loops are aborted on the server by id. False: one plain POST per
-    # answer (a server or proxy that does not stream).
-    stream: bool = True
-    # A streamed request with no new token for this long, while its server makes no token
-    # for anyone, is stalled: aborted and retried (an attempt counted; on a server that is
-    # queueing or retracting, requeued without one); several on one server mark it hung
-    # (dispatch/stall_watch.py).
-    stall_s: float = 120.0
-    # A streamed request silent while its server streams for others is waiting (SGLang
-    # queued it by KV budget, retracted it, or it sits behind a long prefill): aborted only
-    # after this long without a token, and never counted toward a hang.
-    wait_s: float = 1800.0
-    # This many stalled requests on one server within stall_hang_window_s mark it hung
-    # (restarted as a hang). 0: never.
-    stall_hang_count: int = 3
-    stall_hang_window_s: float = 300.0
-    # The saturation guard (servers/saturation_guard.py): when SGLang's /metrics show a
-    # server queueing or retracting what we send, or its throughput collapsing, its
-    # in-flight limit is lowered live (never below saturation_floor), and raised back one
-    # step per saturation_calm_s without a sign. Needs SGLang's --enable-metrics.
-    saturation_guard: bool = True
-    saturation_floor: int = 4
-    saturation_calm_s: float = 60.0
-    # Throughput under this share of its recent peak, as busy as then, is a collapse (0: off).
-    saturation_collapse_ratio: float = 0.5
+    """Keeping every READY server's slots busy: limits, retries, the circuit breaker, the
+    stream watch and the saturation guard (docs/design.md)."""
+    max_in_flight_per_server: int = key(
+        0, "0: follow the server: its `max-running-requests` flag (lowered to what SGLang "
+        "reports if it runs fewer), else the limit SGLang reports on `/server_info` once READY "
+        "(32, with a log line, if it does not say), summed over its data- and "
+        "attention-parallel ranks and bounded by what its KV pool holds at the live max tokens "
+        "(pool / (0.7 x max tokens): without the flag SGLang's own figure is an estimate of at "
+        "least 2048; the READY event says `slots_from = \"kv pool\"`)")
+    request_timeout_s: float = key(3600.0, "one request's limit; a timeout is a retry")
+    max_attempts: int = key(3, "attempts before a prompt is marked failed")
+    claim_batch: int = key(64, "most prompts claimed per store round trip (and buffered per "
+                           "server)")
+    stop_grace_s: float = key(120.0, "on SIGTERM, how long requests in flight may finish before "
+                              "the rest is requeued (0: at once); minutes of GPU work per stop "
+                              "are worth the wait")
+    breaker_error_rate: float = key(0.5, "the circuit breaker: pause dispatch when more than this "
+                                    "share of the recent requests failed (1: never)")
+    breaker_window: int = key(200, "the requests the breaker looks at")
+    breaker_min_samples: int = key(50, "how many requests the breaker waits for before it judges")
+    stream: bool = key(True, "stream each answer under its own request id (`rid`), watched while "
+                       "it decodes: stalls, and loops as soon as one is confirmed, are "
+                       "aborted on the server by `/abort_request`; false: one plain POST per answer (a server or proxy "
+                       "that does not stream)")
+    stall_s: float = key(120.0, "a streamed request with no new token this long, while its "
+                         "server made no token for anyone, is aborted and retried (an attempt "
+                         "counted; event `request_stalled`, folded per server into one row per "
+                         "30 s: state/README.md)")
+    wait_s: float = key(1800.0, "a streamed request silent while its server streams for others "
+                        "is waiting (SGLang queued it by KV budget, retracted it, or it is "
+                        "behind a long prefill): shown as waiting, aborted only after this long "
+                        "without a token, never counted toward a hang (docs/design.md)")
+    stall_hang_count: int = key(3, "this many stalls on one server within `stall_hang_window_s` "
+                                "restart it as hung (0: never)")
+    stall_hang_window_s: float = key(300.0, "the window `stall_hang_count` counts in")
+    saturation_guard: bool = key(True, "lower a server's in-flight limit live while SGLang queues "
+                                 "or retracts what we send or its throughput collapses, and "
+                                 "raise it back carefully; needs `enable-metrics` "
+                                 "(supervisor/servers/README.md)")
+    saturation_floor: int = key(4, "the lowest limit the guard sets")
+    saturation_calm_s: float = key(60.0, "the sign-free time before each step back up")
+    saturation_collapse_ratio: float = key(0.5, "generation throughput per request in flight "
+                                           "under this share of its recent peak at the same "
+                                           "limit, as busy as then, is a collapse (0: only "
+                                           "queueing and retractions count)")
 
 
 @dataclass(frozen=True)
 class QualitySection:
-    window: int = 200
-    min_samples: int = 50
-    max_bad_rate: float = 0.5
-    # Truncation alone is reported but does not pause the job unless this is set below 1.
-    max_truncation_rate: float = 1.0
-    # Pause when more than this share of the window ran into max_tokens looping (degenerate
-    # repetition: a model or sampling problem a higher limit does not fix). 1 = never.
-    max_loop_rate: float = 1.0
-    # Pause when more than this share of the window was cut off inside the thinking (finish
-    # reason length, empty content, all text in reasoning): the budget ran out before any
-    # answer began, the "87% empty answers" incident. 1 = never.
-    max_thinking_truncated_rate: float = 0.5
-    metrics_window_s: float = 60.0
+    """The quality gate: rolling rates over the last completions, and when to pause."""
+    window: int = key(200, "the completions in the gate's rolling window")
+    min_samples: int = key(50, "completions the gate waits for before it judges")
+    max_bad_rate: float = key(0.5, "pause dispatch when more than this share of the window is bad "
+                              "(empty, no reasoning with thinking on, leftover `<think>`)")
+    max_truncation_rate: float = key(1.0, "pause on truncation too, when set below 1 (truncation "
+                                     "alone is otherwise only reported)")
+    max_loop_rate: float = key(1.0, "pause when more than this share of the window ran into max "
+                               "tokens looping (degenerate repetition a higher limit does not "
+                               "fix); 1: never")
+    max_thinking_truncated_rate: float = key(0.5, "pause when more than this share of the window "
+                                             "was cut off inside the thinking (content empty, "
+                                             "all text in reasoning): the \"87% empty answers\" "
+                                             "incident; 1: never")
+    metrics_window_s: float = key(60.0, "the window for req/s, tok/s and the ETA")
 
 
 @dataclass(frozen=True)
 class UploadsSection:
-    endpoint_url: str | None = None
-    region: str | None = None
-    concurrency: int = 4
-    keep_local: bool = False
-    multipart_threshold_bytes: int = 64 * 1024 * 1024
-    multipart_part_bytes: int = 16 * 1024 * 1024
-    # Send S3's x-amz-checksum-sha256 besides Content-MD5 (off for stores that reject it).
-    sha256_checksum: bool = True
-    # One request's connect/read limit; botocore retries a request a few times within it.
-    timeout_s: float = 60.0
-    # Backoff between failed uploads: doubles from retry_initial_s up to retry_max_s.
-    retry_initial_s: float = 1.0
-    retry_max_s: float = 120.0
-    # At the end of a finished job, how long to wait for the backlog to drain.
-    drain_timeout_s: float = 600.0
-    min_free_bytes: int = 1024 * 1024 * 1024
-    spool_dir: str = "spool"
+    """Shards to S3 or a local directory, verified (supervisor/uploads/README.md: keys,
+    checksums, retries); credentials always come from boto3's usual chain."""
+    endpoint_url: str | None = key(None, "an S3-compatible endpoint (MinIO, Ceph, R2); none: AWS")
+    region: str | None = key(None, "a region over the credential chain's")
+    concurrency: int = key(4, "shard uploads at a time, in worker threads")
+    keep_local: bool = key(False, "keep the spool copy of a shard after its verified upload")
+    multipart_threshold_bytes: int = key(64 * 1024 * 1024, "larger shards go multipart (at least "
+                                         "5 MiB)", shown="64 MiB")
+    multipart_part_bytes: int = key(16 * 1024 * 1024, "the multipart part size (at least 5 MiB)",
+                                    shown="16 MiB")
+    sha256_checksum: bool = key(True, "send S3's `x-amz-checksum-sha256` besides `Content-MD5` "
+                                "(off for stores that reject it)")
+    timeout_s: float = key(60.0, "one S3 request's connect/read limit; botocore retries a "
+                           "request a few times within it")
+    retry_initial_s: float = key(1.0, "the backoff after a failed upload, doubling with jitter...")
+    retry_max_s: float = key(120.0, "... up to this")
+    drain_timeout_s: float = key(600.0, "at the end of a finished job, how long to wait for the "
+                                 "upload backlog")
+    min_free_bytes: int = key(1024 * 1024 * 1024, "the disk guard: dispatch pauses while the "
+                              "shard directory's disk has less free (0: off)", shown="1 GiB")
+    spool_dir: str = key("spool", "where shards wait for an S3 upload")
 
 
 @dataclass(frozen=True)
 class BackupSection:
-    # Copy the state DB beside the shards (under the partition's key) so a replacement node
-    # resumes exactly. None = when job.partition is set (a node of a many-node job).
-    enabled: bool | None = None
-    # Seconds between backups while the job runs (0 = only at start and stop).
-    interval_s: float = 900.0
-    # With no state DB at start, take this partition's backup from the output if there is one.
-    restore: bool = True
+    """The state DB copied beside the shards, so a replacement node resumes exactly
+    (docs/many-nodes.md)."""
+    enabled: bool | None = key(None, "copy the state DB beside the shards, under the partition's "
+                               "key; unset: on for `job.partition` jobs",
+                               shown="with a partition")
+    interval_s: float = key(900.0, "seconds between backups while running (also one at start and "
+                            "one at stop; 0: only those)")
+    restore: bool = key(True, "with no state DB at start, restore this partition's latest backup "
+                        "from the output")
 
 
 @dataclass(frozen=True)
 class ControlSection:
-    # Empty: $RUNTIME_DIRECTORY/control.sock under systemd, else beside the state DB.
-    socket: str = ""
-    # The socket's group (name or gid); its members may watch and act, like docker.sock's.
-    group: str = ""
-    # How often the event stream carries a fresh snapshot.
-    interval_s: float = 1.0
+    """The control socket (docs/control.md)."""
+    socket: str = key("", "the control socket's path (relative: to the config's directory)",
+                      shown="`$RUNTIME_DIRECTORY/control.sock` under systemd, else beside the "
+                      "state DB")
+    group: str = key("", "the socket's group (name or gid): its members may watch and act, like "
+                     "`docker.sock`'s", shown="the daemon's group")
+    interval_s: float = key(1.0, "how often the daemon builds a fresh status snapshot: the event "
+                            "stream carries each one, and a polled `GET /v1/status` gets the "
+                            "latest, at most this (+0.2 s) old, without waiting for the state DB "
+                            "(after an action, the next poll gets a fresh one)")
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,8 @@
-"""One chat completion request to SGLang, and what its answer means for the prompt.
+"""What a chat completion's answer means for the prompt.
 
-The request carries thinking on (`chat_template_kwargs.enable_thinking` for the template,
-`separate_reasoning` so SGLang's reasoning parser splits the trace into reasoning_content)
-and the live max tokens. The answer is classified here, in one place, because the
-difference between "retry", "failed for good" and "the server went away" decides whether a
-prompt is lost, duplicated or retried forever.
+The request is built by supervisor/sglang/chat_request.py. The answer is classified here, in
+one place, because the difference between "retry", "failed for good" and "the server went
+away" decides whether a prompt is lost, duplicated or retried forever.
 """
 
 from __future__ import annotations
@@ -14,43 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from state.records import Completion
-from supervisor.config import GenerationSection
-from supervisor.dispatch.context_refusal import KIND as CONTEXT_REFUSAL
-from supervisor.dispatch.context_refusal import is_context_refusal
-
-
-def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSection,
-                 max_tokens: int, *, rid: str | None = None) -> dict[str, Any]:
-    """The chat completion request; with `rid` a streamed one under that request id (what
-    /abort_request names: `ChatCompletionRequest.rid` in
-    `sglang/srt/entrypoints/openai/protocol.py`, passed on as GenerateReqInput.rid by
-    serving_chat.py)."""
-    body: dict[str, Any] = {
-        "model": model,
-        "messages": messages,
-        # SGLang 0.5.23 marks max_tokens deprecated in favour of max_completion_tokens (which
-        # counts reasoning and visible tokens alike) and reads the new name first
-        # (`sglang/srt/entrypoints/openai/protocol.py` ChatCompletionRequest): one name only.
-        "max_completion_tokens": max_tokens,
-        "temperature": gen.temperature,
-        "top_p": gen.top_p,
-        "stream": False,
-    }
-    if rid is not None:
-        body["stream"] = True
-        body["rid"] = rid
-        # include_usage: a last chunk with the whole usage (the non-streamed answer's counts);
-        # continuous_usage_stats: the running completion_tokens on each chunk, so a stall or
-        # a loop knows exactly how many tokens it had cost (`sglang/srt/entrypoints/openai/
-        # utils.py` should_include_usage; serving_chat.py _generate_stream_content).
-        body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
-    # Always said, off included: Qwen3's template thinks when nothing is said, and SGLang
-    # reads a missing enable_thinking as on for a thinking-by-default parser
-    # (`sglang/srt/entrypoints/openai/serving_chat.py` _get_reasoning_from_request).
-    body["chat_template_kwargs"] = {"enable_thinking": bool(gen.enable_thinking)}
-    if gen.enable_thinking:
-        body["separate_reasoning"] = True
-    return body
+from supervisor.sglang.context_refusal import KIND as CONTEXT_REFUSAL
+from supervisor.sglang.context_refusal import is_context_refusal
 
 
 @dataclass(frozen=True)
@@ -67,7 +30,8 @@ class Retryable:
 
 @dataclass(frozen=True)
 class Permanent:
-    """Never retry: SGLang refused the prompt itself for its length (context_refusal.py)."""
+    """Never retry: SGLang refused the prompt itself for its length
+    (supervisor/sglang/context_refusal.py)."""
     error: str
     kind: str = CONTEXT_REFUSAL
 

@@ -17,6 +17,7 @@ from typing import Any, Callable
 
 import aiohttp
 import anyio
+import httpx
 
 from state.records import ClaimedPrompt, Outcome, Requeue
 from state.async_store import AsyncStore
@@ -32,7 +33,7 @@ from supervisor.dispatch.request_path import RequestPath
 from supervisor.dispatch.serving import Serving, take_over
 from supervisor.dispatch.stall_watch import StallWindow
 from supervisor.dispatch.stream_deadlines import StreamDeadlines
-from supervisor.dispatch.stream_request import ABORT_TIMEOUT_S, abort_request
+from supervisor.dispatch.stream_request import abort_stream
 from supervisor.dispatch.worker_client import worker_client
 from supervisor.servers.endpoint import Endpoint
 
@@ -68,6 +69,11 @@ class Feeding:
         return max(1, min(self.live.config.dispatch.claim_batch, endpoint.max_running))
 
     async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None:
+        # Aborts of stalled or looping streams go on a client of their own (the workers' are
+        # busy): httpx, as for the daemon's other few requests (supervisor/sglang/abort.py).
+        # Made first, off the event loop: a new httpx client reads its CA bundle (tens of ms),
+        # and nothing of the life is there yet to leave behind if that wait is cancelled.
+        aborts = await anyio.to_thread.run_sync(partial(httpx.AsyncClient, trust_env=False))
         serving = Serving(endpoint, limit=InFlightLimit(endpoint.max_running))
         # A new life of the server: its stalls and tokens so far were its last life's.
         progress = self.figures.progress(endpoint.name)
@@ -78,11 +84,9 @@ class Feeding:
         # The buffer holds what the largest prefetch may claim; the feeder claims up to the
         # live one (`_prefetch`).
         send, recv = anyio.create_memory_object_stream[ClaimedPrompt](endpoint.max_running)
-        # Aborts of stalled streams go on a connection of their own (the workers' are busy).
-        aborts = worker_client(ABORT_TIMEOUT_S)
         # The sweeper keeps the server's token clock on `progress` (the hang watchdog's
         # signal) and tells waiting streams from stalled ones by it and SGLang's counter.
-        serving.deadlines = StreamDeadlines(partial(abort_request, aborts, endpoint.base_url),
+        serving.deadlines = StreamDeadlines(partial(abort_stream, aborts, endpoint.base_url),
                                             progress=progress,
                                             server_tokens_at=endpoint.tokens_at)
         try:
@@ -104,7 +108,7 @@ class Feeding:
             progress.waiting = 0
             with anyio.CancelScope(shield=True):
                 # First: the requeue below may raise (a full disk) and must not leak it.
-                await aborts.close()
+                await aborts.aclose()
             del self.serving[key]
             await self._give_back_life(serving, draining)
 

@@ -120,6 +120,10 @@ class StreamDeadlines:
                 at = other
         return at
 
+    async def abort(self, rid: str) -> None:
+        """Ask the server to stop `rid` now (a loop seen by the stream's reader)."""
+        await self._abort(rid)
+
     @staticmethod
     def drain(d: StreamDeadline, seconds: float) -> None:
         """We aborted it ourselves (a loop): the end may take `seconds`, then it is cut."""

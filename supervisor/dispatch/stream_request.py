@@ -1,10 +1,9 @@
 """One chat completion streamed under our own request id, watched while it decodes.
 
 The request goes to SGLang's OpenAI chat route with `stream: true` and `rid` (the reasoning
-parser keeps splitting the trace server-side); `POST /abort_request {"rid": R}` stops exactly
-that request (`sglang/srt/entrypoints/http_server.py` abort_request, TokenizerManager
-.abort_request in `sglang/srt/managers/tokenizer_manager.py`), and the stream then ends with
-finish_reason "abort" and the usage of what was produced. While the chunks arrive:
+parser keeps splitting the trace server-side); an abort by that id stops exactly that request
+(supervisor/sglang/abort.py), and the stream then ends with finish_reason "abort" and the
+usage of what was produced. While the chunks arrive:
 
 - stall: no token for `stall_s` while the server makes none for anyone -> abort (by the
   server's sweeper, stream_deadlines.py), and the answer is a retry (kind "stall"); silent
@@ -19,23 +18,23 @@ A connection that fails is reported as gone (the dispatcher decides, as for a pl
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from dataclasses import dataclass
 
 import aiohttp
 import anyio
+import httpx
 
 from supervisor.dispatch.completion import Answer, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
 from supervisor.dispatch.stream_deadlines import StreamDeadline, StreamDeadlines, current_clock
 from supervisor.dispatch.stream_loop_watch import LoopVerdict, StreamLoopWatch
-from supervisor.dispatch.worker_client import (JSON_HEADERS, WIRE_ERRORS, request_timeout,
-                                               wire_failure)
+from supervisor.dispatch.worker_client import WIRE_ERRORS, request_timeout, wire_failure
+from supervisor.sglang.abort import abort_request
+from supervisor.sglang.chat_request import post_chat
 
 log = logging.getLogger("supervisor.dispatch")
 
-ABORT_TIMEOUT_S = 5.0    # /abort_request is answered by the tokenizer manager at once
 LOOP_DRAIN_S = 10.0      # after aborting a loop, for the final usage (SGLang: one step)
 # Dense streams are read in batches (_paced): a stream that has run for PACE_AFTER_S and
 # averaged more than DENSE_CHUNKS_PER_S text chunks a second is read every PACE_S. Short
@@ -62,22 +61,13 @@ class Streamed:
         return self.stream.tokens
 
 
-async def abort_request(client: aiohttp.ClientSession, base_url: str, rid: str) -> bool:
-    """Ask the server to stop `rid`; false when it could not be told (already gone)."""
-    try:
-        with anyio.fail_after(ABORT_TIMEOUT_S):
-            async with client.post(base_url + "/abort_request",
-                                   data=b'{"rid": ' + _json_str(rid) + b', "abort_all": false}',
-                                   headers=JSON_HEADERS) as resp:
-                await resp.read()
-                return resp.status == 200
-    except WIRE_ERRORS as exc:
-        log.warning("abort of %s at %s failed: %s: %s", rid, base_url, type(exc).__name__, exc)
-        return False
-
-
-def _json_str(text: str) -> bytes:
-    return json.dumps(text, ensure_ascii=False).encode()
+async def abort_stream(client: httpx.AsyncClient, base_url: str, rid: str) -> bool:
+    """Ask the server to stop `rid`; false when it could not be told (already gone: said in
+    a warning) or did not take it."""
+    told = await abort_request(client, base_url, rid)
+    if told.error:
+        log.warning("abort of %s at %s failed: %s", rid, base_url, told.error)
+    return told.taken
 
 
 def split_lines(rest: bytes, chunk: bytes) -> tuple[list[bytes], bytes]:
@@ -108,9 +98,10 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
     with deadlines.watch(rid, stall_s, give_up_at, wait_s) as d:
         try:
             with d.scope:
-                async with client.post(base_url + "/v1/chat/completions", data=body,
-                                       headers=JSON_HEADERS,
-                                       timeout=request_timeout(timeout_s)) as resp:
+                # Every streamed request asks for its exact token ids: a truncated answer
+                # is continued from them, never from its text (sglang/token_ids.py).
+                async with post_chat(client, base_url, body, request_timeout(timeout_s),
+                                     token_ids=True) as resp:
                     if resp.status != 200 or not resp.headers.get(
                             "content-type", "").startswith("text/event-stream"):
                         # An error before the stream began (SGLang sends it as plain JSON),
@@ -121,7 +112,7 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
                         if d.expired is None:
                             return out
                     else:
-                        await _watch(client, base_url, resp, rid, out, watch, deadlines, d)
+                        await _watch(resp, rid, out, watch, deadlines, d)
         except WIRE_ERRORS as exc:
             if d.expired is None:
                 out.answer, out.gone = wire_failure(exc, timeout_s)
@@ -132,12 +123,12 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
     return out
 
 
-async def _watch(client: aiohttp.ClientSession, base_url: str, resp: aiohttp.ClientResponse,
-                 rid: str, out: Streamed, watch: StreamLoopWatch | None,
-                 deadlines: StreamDeadlines, d: StreamDeadline) -> None:
+async def _watch(resp: aiohttp.ClientResponse, rid: str, out: Streamed,
+                 watch: StreamLoopWatch | None, deadlines: StreamDeadlines,
+                 d: StreamDeadline) -> None:
     """Read the stream, each token pushing its deadline back; the server's sweeper
     (stream_deadlines.py) aborts it on a stall or a timeout, while it is still open. A loop
-    is aborted from here, on a connection of its own while the stream stays open: the
+    is aborted from here, through the sweeper's abort, while the stream stays open: the
     stream then ends as the server ends it (finish_reason abort and the usage: the exact
     tokens it cost), or is cut after LOOP_DRAIN_S."""
     sa = out.stream
@@ -177,7 +168,7 @@ async def _watch(client: aiohttp.ClientSession, base_url: str, resp: aiohttp.Cli
                 out.loop = watch.verdict
                 out.aborted = True
                 deadlines.drain(d, LOOP_DRAIN_S)
-                await abort_request(client, base_url, rid)
+                await deadlines.abort(rid)
         if transport is not None and d.cut_at is None and not content.is_eof():
             age = now() - opened
             if age > PACE_AFTER_S and sa.text_chunks > age * DENSE_CHUNKS_PER_S:

@@ -4,15 +4,16 @@ aiohttp, not httpx, on this one path: every completion and every streamed chunk 
 it, and its request path with a C HTTP parser costs a quarter of httpx's CPU per request
 (benchmarks/bench_dispatch.py: 0.13 vs 0.57 ms per streamed request against the same
 simulated servers, 0.10 vs 0.49 ms unstreamed). The rest of the daemon (health checks,
-metrics scrapes, the control socket's client) stays on httpx, where requests are few.
+metrics scrapes, /server_info, aborts, the control socket's client) stays on httpx, where
+requests are few. What is posted, and where, is SGLang's (supervisor/sglang/chat_request.py).
 
 Why a client per worker and not one per server: a worker sends one request at a time, so
-its pool holds one keep-alive connection (two while a loop's abort goes out beside its open
-stream) and the pool's bookkeeping per request is O(1); a pool shared by a server's N slots
-made httpx scan all N connections on every request start and end (a third of the daemon's
-CPU, when it was httpx's). Cookies are never kept (a DummyCookieJar: SGLang sets none, and
-parsing headers for them is per-request work), proxies from the environment never apply
-(trust_env False: loopback traffic must not leave through one).
+its pool holds one keep-alive connection and the pool's bookkeeping per request is O(1); a
+pool shared by a server's N slots made httpx scan all N connections on every request start
+and end (a third of the daemon's CPU, when it was httpx's). Cookies are never kept (a
+DummyCookieJar: SGLang sets none, and parsing headers for them is per-request work), proxies
+from the environment never apply (trust_env False: loopback traffic must not leave through
+one).
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from supervisor.dispatch.completion import Retryable
 # What a request on the wire can raise that is the server's or the network's doing. Caught
 # by the dispatch path and turned into an answer by wire_failure (never raised further).
 WIRE_ERRORS = (aiohttp.ClientError, HttpProcessingError, TimeoutError)
-JSON_HEADERS = {"content-type": "application/json"}     # every body we post is JSON
 
 
 def worker_client(timeout_s: float) -> aiohttp.ClientSession:

@@ -226,7 +226,8 @@ class Job:
         self.uploader = status.uploader = uploader
         self.disk_guard = status.disk_guard = disk_guard
         shards = ShardLoop(ShardWriter(astore.store, spool, cfg.job.shard_size,
-                                       shard_key_for(cfg.job.partition)),
+                                       shard_key_for(cfg.job.partition),
+                                       output_ids=cfg.job.shard_output_ids),
                            on_written=uploader.poke)
         backup = self.node_state.runner(dispatcher) if self.node_state is not None else None
         # A first verdict before any server is up: never start dispatching onto a full disk.

@@ -23,7 +23,7 @@ from supervisor.config.live_settings import LiveSettings
 from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused, load_for_reload
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.job.systemd_report import SystemdReport
-from supervisor.servers.flag_check import require_accepted_retune
+from supervisor.servers.flag_gate import require_accepted_retune
 from supervisor.servers.fleet import Fleet, RollBusy, RollTicket
 from supervisor.uploads.disk_guard import DiskGuard
 from supervisor.uploads.uploader import Uploader

@@ -30,7 +30,7 @@ import anyio
 from supervisor.config import ServersSection
 from supervisor.config.attach_urls import AttachTarget
 from supervisor.servers.exit_classifier import Trigger
-from supervisor.servers.health import NOT_LISTENING, probe
+from supervisor.sglang.health import NOT_LISTENING, probe
 from supervisor.servers.launch_command import ServerSpec
 from supervisor.config.live_settings import LiveSettings
 from supervisor.servers.managed_server import FleetContext, ManagedServer

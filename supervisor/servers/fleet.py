@@ -30,7 +30,7 @@ from state.store import Store
 from supervisor.config import ConfigError, JobConfig
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
-from supervisor.servers.flag_check import require_accepted_retune
+from supervisor.servers.flag_gate import require_accepted_retune
 from supervisor.servers.adoption import Action, judge
 from supervisor.servers.attached_server import AttachedServer, NotOurs, refusal
 from supervisor.config.attach_urls import attach_targets

@@ -12,6 +12,7 @@ from typing import Any, Mapping
 
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.gpu.visible_devices import devices_for, visible_devices
+from supervisor.sglang.metrics import ENABLE_METRICS
 
 # The dispatcher's per-server in-flight limit when neither config nor flags say and the
 # server does not report its own on /server_info (see server_slots.py).
@@ -24,11 +25,6 @@ DEFAULT_MAX_RUNNING = 32
 # ~100,000 a second, several cores of it. 16 tokens a chunk still shows a stalled request
 # within a fraction of a second and a loop within 16 tokens.
 DEFAULT_STREAM_INTERVAL = 16
-
-# SGLang's /metrics (off by default in SGLang) is what the over-commit flag, the saturation
-# guard and the waiting-vs-stuck judgement read (sglang_monitor.py): the daemon asks for it
-# unless the job's flags say `enable-metrics = false`, and then says they are blind.
-METRICS_FLAG = "enable-metrics"
 
 # systemd hands these to the daemon; a child that inherits NOTIFY_SOCKET could send READY or
 # WATCHDOG on our behalf (SGLang does not, but a library might) and confuse the service state.
@@ -97,14 +93,17 @@ def build_argv(servers: ServersSection, port: int) -> list[str]:
         argv += ["--tp-size", str(servers.tp_size)]
     if "stream-interval" not in servers.flags:       # the job's own value wins, 1 included
         argv += ["--stream-interval", str(DEFAULT_STREAM_INTERVAL)]
-    if METRICS_FLAG not in servers.flags:             # false in the flags: off, and said
-        argv.append(f"--{METRICS_FLAG}")
+    # SGLang's /metrics (off by default in SGLang) is what the over-commit flag, the saturation
+    # guard and the waiting-vs-stuck judgement read (sglang_monitor.py): the daemon asks for
+    # it unless the job's flags say `enable-metrics = false`, and then says they are blind.
+    if ENABLE_METRICS not in servers.flags:
+        argv.append(f"--{ENABLE_METRICS}")
     return argv + flag_args(servers.flags)
 
 
 def metrics_off(servers: ServersSection) -> bool:
     """The job's flags switch SGLang's /metrics off (the daemon's default is on)."""
-    value = servers.flags.get(METRICS_FLAG, True)
+    value = servers.flags.get(ENABLE_METRICS, True)
     return value is None or value is False
 
 

@@ -34,7 +34,7 @@ from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
                                                  describe_returncode)
 from supervisor.servers.hang_rule import HangRule, LifeProgress
-from supervisor.servers.health import probe
+from supervisor.sglang.health import probe
 from supervisor.servers.saturation_watch import SaturationWatch
 from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env,
                                                max_running)

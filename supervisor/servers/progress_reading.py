@@ -11,7 +11,8 @@ from typing import Any, Callable, Protocol, Sequence
 
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.servers.hang_rule import HANG_MARGIN, ProgressReading
-from supervisor.servers.sglang_monitor import SglangMonitor, metrics_enabled
+from supervisor.servers.sglang_monitor import SglangMonitor
+from supervisor.sglang.metrics import metrics_enabled
 
 log = logging.getLogger("supervisor.servers")
 

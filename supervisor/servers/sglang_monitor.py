@@ -28,12 +28,11 @@ import httpx
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.overcommit import (Observation, OvercommitChange, OvercommitDetector,
                                            OvercommitPolicy)
-from supervisor.servers.sglang_metrics import Scrape, SglangMetrics, scrape
+from supervisor.sglang.metrics import Scrape, SglangMetrics, metrics_enabled, scrape
 from supervisor.servers.sglang_view import SglangView
 
 log = logging.getLogger("supervisor.servers")
 
-METRICS_FLAG = "--enable-metrics"
 # A scrape is a read of a few shared-memory files inside SGLang: anything slower than this
 # is a busy or sick server, and the figures can wait for the next poll.
 SCRAPE_TIMEOUT_S = 5.0
@@ -44,10 +43,6 @@ EVENT_KIND = EventKind.SERVER_OVERCOMMIT
 # enable-metrics = false; the daemon's own default is on, launch_command.py).
 BLIND = ("no SGLang /metrics (enable-metrics off): over-commit, saturation and waiting "
          "detection are blind")
-
-
-def metrics_enabled(argv: Sequence[str]) -> bool:
-    return METRICS_FLAG in argv
 
 
 class SglangMonitor:

@@ -237,7 +237,7 @@ def _factory() -> SystemdLauncher:
     if not template_installed():
         raise ValueError('servers.launcher = "systemd": systemd has no dflash-sglang@.service '
                          "(install systemd/dflash-sglang@.service and "
-                         "50-dflash-supervisor.rules: README, \"Install on a node\")")
+                         "50-dflash-supervisor.rules: docs/install.md)")
     return SystemdLauncher.from_env(os.environ)
 
 

@@ -22,7 +22,7 @@ import httpx
 from supervisor.config import ServersSection
 from supervisor.servers.exit_classifier import Trigger, describe_returncode
 from supervisor.servers.hang_rule import HangRule, ProgressReading
-from supervisor.servers.health import probe
+from supervisor.sglang.health import probe
 from supervisor.servers.process_group import ServerProcess
 
 

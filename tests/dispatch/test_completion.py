@@ -2,9 +2,7 @@ import json
 
 import pytest
 
-from supervisor.config import GenerationSection
-from supervisor.dispatch.completion import (Completion, Permanent, Retryable,
-                                            classify_response, request_body)
+from supervisor.dispatch.completion import Completion, Permanent, Retryable, classify_response
 
 
 def _ok(**over):
@@ -16,22 +14,6 @@ def _ok(**over):
                       "reasoning_tokens": 2}}
     body.update(over)
     return json.dumps(body)
-
-
-def test_request_body_turns_thinking_on_with_live_max_tokens():
-    body = request_body("m", [{"role": "user", "content": "hi"}], GenerationSection(), 8192)
-    assert body["max_completion_tokens"] == 8192 and "max_tokens" not in body
-    assert body["chat_template_kwargs"] == {"enable_thinking": True}
-    assert body["separate_reasoning"] is True and body["stream"] is False
-    # Off is said too: Qwen3's template thinks when the request says nothing (DESIGN.md).
-    off = request_body("m", [], GenerationSection(enable_thinking=False), 10)
-    # Off is said too: Qwen3's template thinks when nothing is said, and SGLang 0.5.23
-    # reads a missing enable_thinking as on for such a parser
-    # (sglang/srt/entrypoints/openai/serving_chat.py:3565, _get_reasoning_from_request).
-    assert off["chat_template_kwargs"] == {"enable_thinking": False}
-    assert "separate_reasoning" not in off
-    streamed = request_body("m", [], GenerationSection(enable_thinking=False), 10, rid="r1")
-    assert streamed["chat_template_kwargs"] == {"enable_thinking": False}
 
 
 def test_a_good_answer_is_a_completion():

@@ -12,8 +12,8 @@ import json
 import httpx
 
 from supervisor.dispatch import stream_request
-from supervisor.dispatch.completion import request_body
 from supervisor.servers.endpoint import Endpoint
+from supervisor.sglang.chat_request import request_body
 from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_store, serve_until
 
 PROMPTS = 4

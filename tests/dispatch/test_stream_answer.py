@@ -5,11 +5,7 @@ from __future__ import annotations
 
 import json
 
-from state.records import ClaimedPrompt, InFlightClaim
-from supervisor.config import GenerationSection
-from supervisor.dispatch.completion import (Completion, Permanent, Retryable, classify_response,
-                                            request_body)
-from supervisor.dispatch.request_ids import request_id
+from supervisor.dispatch.completion import Completion, Permanent, Retryable, classify_response
 from supervisor.dispatch.stream_answer import StreamAnswer
 
 
@@ -129,30 +125,6 @@ def test_a_loop_cut_short_is_recorded_as_cut_off() -> None:
     got = _feed(_sglang_stream("abort")).answer(finish_reason="length")
     assert isinstance(got, Completion) and got.finish_reason == "length"
     assert got.content == "Four." and got.completion_tokens == 5
-
-
-def test_streamed_request_body_names_its_rid_and_asks_for_usage() -> None:
-    body = request_body("m", [], GenerationSection(), 100, rid="p1#1#abc")
-    assert body["stream"] is True and body["rid"] == "p1#1#abc"
-    assert body["stream_options"] == {"include_usage": True, "continuous_usage_stats": True}
-    assert request_body("m", [], GenerationSection(), 100)["stream"] is False
-
-
-def test_request_ids_name_prompt_and_attempt_and_none_prefixes_another() -> None:
-    # SGLang aborts every request whose rid starts with the one named
-    # (`sglang/srt/managers/scheduler.py` abort_request): ids must be prefix-free.
-    # The tail is the claim's stamp (distinct for every claim, state/prompts_table.py), of
-    # any size from a test clock's 0 to a wall clock's.
-    stamps = (0.0, 1e-6, 1.5, 1765000000.123456, 1765000000.123457)
-    ids = [request_id(ClaimedPrompt(pid, [], attempts, stamp))
-           for pid in ("p1", "p1#2", "p10", "p1#2#") for attempts in (0, 1, 9)
-           for stamp in stamps]
-    assert len(set(ids)) == len(ids)
-    assert not any(a != b and b.startswith(a) for a in ids for b in ids)
-    assert request_id(ClaimedPrompt("p7", [], 2)).startswith("p7#3#")
-    # What a later daemon rebuilds from the DB row names the very same request.
-    claimed = ClaimedPrompt("p7", [], 2, 1765000000.123456)
-    assert request_id(InFlightClaim("p7", 2, "gpu0", 1765000000.123456)) == request_id(claimed)
 
 
 # The whole body of SGLang 0.5.23's answer (HTTP 200) to a streamed request whose prompt is

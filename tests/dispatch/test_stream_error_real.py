@@ -20,8 +20,8 @@ import httpx
 
 from state.store import Store
 from supervisor.contract.waste_causes import WasteCause as W
-from supervisor.dispatch.completion import request_body
 from supervisor.servers.endpoint import Endpoint
+from supervisor.sglang.chat_request import request_body
 from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_store, serve_until
 
 PROMPTS = 16

@@ -20,7 +20,7 @@ import httpx
 import pytest
 
 from state.records import InFlightClaim
-from supervisor.dispatch.request_ids import request_id
+from supervisor.sglang.request_ids import request_id
 from tests.fixtures.real_job import (alive, free_base_port, live_group_members, query,
                                      shard_ids, expected_ids, transitions)
 

@@ -16,8 +16,8 @@ import pytest
 
 from supervisor.commands import check
 from supervisor.config import ConfigError, ServersSection
-from supervisor.servers.flag_check import (FlagVerdict, argparse_error, sglang_verdict,
-                                           require_accepted_flags, sglang_launcher)
+from supervisor.servers.flag_gate import require_accepted_flags, sglang_verdict
+from supervisor.sglang.flag_check import FlagVerdict, argparse_error, sglang_launcher
 from tests.fixtures import REPO
 
 FAKE_SGLANG = Path(__file__).resolve().parents[1] / "fixtures" / "fake_sglang"

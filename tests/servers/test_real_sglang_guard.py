@@ -29,9 +29,9 @@ import anyio
 import httpx
 import pytest
 
-from supervisor.dispatch.completion import request_body
 from supervisor.job.main_loop import Job
 from supervisor.servers.endpoint import Endpoint
+from supervisor.sglang.chat_request import request_body
 from tests.fixtures import dispatching as dfx
 from tests.fixtures.ports import free_port
 from tests.fixtures.real_job import job_config, query, run_job, wait_fleet

@@ -17,7 +17,7 @@ import pytest
 
 from supervisor.config import ConfigError, ServersSection
 from supervisor.job.main_loop import Job
-from supervisor.servers.flag_check import require_accepted_retune
+from supervisor.servers.flag_gate import require_accepted_retune
 from supervisor.servers.server_state import ServerState
 from tests.fixtures import REPO
 from tests.fixtures.real_job import (assert_every_prompt_once, completed_on, job_config, query,

@@ -21,8 +21,8 @@ import httpx
 import pytest
 
 from supervisor.config import DispatchSection, ServersSection
-from supervisor.servers.server_slots import (Slots, kv_bound, read_server_slots, server_slots,
-                                             slots_from_server_info)
+from supervisor.servers.server_slots import Slots, server_slots
+from supervisor.sglang.server_info import kv_bound, read_server_slots, slots_from_server_info
 from tests.fixtures import REPO
 from tests.fixtures.ports import free_port
 from tests.fixtures.sim_servers import SimServer

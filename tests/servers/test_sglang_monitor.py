@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from supervisor.servers.overcommit import OvercommitPolicy
-from supervisor.servers.sglang_metrics import Scrape, SglangMetrics
+from supervisor.sglang.metrics import Scrape, SglangMetrics
 from supervisor.servers.sglang_monitor import BLIND, EVENT_KIND, SglangMonitor
 from supervisor.servers.sglang_view import SglangView
 

@@ -22,7 +22,7 @@ import anyio
 import httpx
 import pytest
 
-from supervisor.servers.sglang_metrics import parse_sglang_metrics
+from supervisor.sglang.metrics import parse_sglang_metrics
 from tests.fixtures.ports import free_port
 
 # Loading SGLang takes ~20 s on an idle machine, minutes on a busy one.

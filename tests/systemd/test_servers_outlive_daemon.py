@@ -1,5 +1,5 @@
 """Servers in units of their own (`dflash-sglang@NAME.service`) under a real systemd, installed
-as the README's "Install on a node" says, template and polkit rule included, the daemon in its
+as docs/install.md says, template and polkit rule included, the daemon in its
 hardened unit as the service user: the daemon's user starts its server units through polkit
 and nothing else; `systemctl restart dflash-supervisor` mid-run and a `kill -9` of the daemon
 leave the servers running and the next daemon adopts them (same pids, no loading phase,

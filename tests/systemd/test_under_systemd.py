@@ -1,4 +1,4 @@
-"""The unit under a real systemd, installed as the README's "Install on a node" says, driven
+"""The unit under a real systemd, installed as docs/install.md says, driven
 through one job's life with `systemctl`: start → READY and STATUS=; reload with a new max
 tokens → applied and audited; reload with a bad config → refused, the job goes on; SIGKILL
 → systemd restarts the daemon and it resumes; stop mid-run → requests in flight finish in the
@@ -65,7 +65,7 @@ min_free_bytes = 0
 
 
 def install(box: Box, base_port: int) -> None:
-    """README "Install on a node", step by step; the venv step is this checkout's venv put at
+    """docs/install.md, step by step; the venv step is this checkout's venv put at
     /opt/dflash-supervisor (the box has no package index to pip install from)."""
     box.sh("mkdir", "-p", "/etc/sysusers.d", "/opt")
     box.write("/etc/sysusers.d/dflash-supervisor.conf",
@@ -95,7 +95,7 @@ def code_dropin() -> str:
     dropin = f"Environment=PYTHONPATH={REPO}\n"
     prefix = Path(sys.base_prefix)
     if prefix.is_relative_to("/root") or prefix.is_relative_to("/home"):
-        # README: a Python under a home directory needs this drop-in (ProtectHome hides it).
+        # docs/systemd.md: a Python under a home directory needs this drop-in (ProtectHome hides it).
         dropin += f"ProtectHome=tmpfs\nBindReadOnlyPaths={prefix}\n"
     for path in sorted({REPO, Path(sys.prefix).resolve()}):
         if path.is_relative_to("/tmp") or path.is_relative_to("/var/tmp"):

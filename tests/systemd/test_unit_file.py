@@ -14,7 +14,7 @@ UNIT = SYSTEMD_DIR / "dflash-supervisor.service"
 TEMPLATE = SYSTEMD_DIR / "dflash-sglang@.service"
 POLKIT_RULE = SYSTEMD_DIR / "50-dflash-supervisor.rules"
 SYSUSERS = SYSTEMD_DIR / "dflash-supervisor.sysusers"
-# The README's figure; the test fails if a change makes the unit more exposed than this.
+# docs/systemd.md's figure; the test fails if a change makes the unit more exposed than this.
 MAX_EXPOSURE = "2.5"
 
 
@@ -90,7 +90,7 @@ def test_systemd_analyze_verify_accepts_the_unit(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
-def test_security_exposure_stays_at_the_readme_figure(tmp_path):
+def test_security_exposure_stays_at_the_docs_figure(tmp_path):
     unit = _unit_for_this_checkout(tmp_path)
     out = subprocess.run(["systemd-analyze", "security", "--offline=true", "--no-pager",
                           f"--threshold={int(float(MAX_EXPOSURE) * 10)}", unit.name],
@@ -99,8 +99,8 @@ def test_security_exposure_stays_at_the_readme_figure(tmp_path):
         pytest.skip("this systemd-analyze has no offline security check")
     last = [line for line in out.stdout.splitlines() if "Overall exposure" in line]
     assert out.returncode == 0, last or out.stderr
-    readme = (SYSTEMD_DIR.parent / "README.md").read_text()
-    assert f"after: **{last[0].split(': ')[1].split()[0]}" in readme, last
+    page = (SYSTEMD_DIR.parent / "docs" / "systemd.md").read_text()
+    assert f"after: **{last[0].split(': ')[1].split()[0]}" in page, last
 
 
 @pytest.mark.skipif(shutil.which("systemd-sysusers") is None,
@@ -140,7 +140,7 @@ def test_template_runs_serve_server_outside_the_daemons_life():
     # A server unit stopping must not remove the daemon's runtime directory (its socket).
     assert "RuntimeDirectory" not in s
     unit = _section(TEMPLATE, "Unit")
-    # Propagated on a daemon crash too (systemd 252): every model would reload (README).
+    # Propagated on a daemon crash too (systemd 252): every model would reload (docs/systemd.md).
     for key in ("StopPropagatedFrom", "PartOf", "BindsTo", "Requires"):
         assert key not in unit, key
 

@@ -8,15 +8,15 @@ the server rejects) says nothing about the prompt and is as likely to hit every 
 SGLang 0.5.23 answers a chat completion with HTTP 400 and {"object":"error","message":...}
 for any ValueError (sglang/srt/entrypoints/openai/serving_base.py `handle_request`, and
 serving_chat.py `_handle_non_streaming_request`). The length refusals among them:
-- sglang/srt/managers/tokenizer_manager.py `_validate_one_request`:
+- sglang/srt/managers/tokenizer_manager.py `_validate_one_request` (:1349, :1372):
   "The input (N tokens) is longer than the model's context length (C tokens)."
   "Requested token count exceeds the model's maximum context length of C tokens. You
   requested a total of T tokens: ..." (input plus max tokens past the context)
-- sglang/srt/managers/utils.py `validate_input_length`, raised in the scheduler and turned
+- sglang/srt/managers/utils.py:284 `validate_input_length`, raised in the scheduler and turned
   into a 400 by tokenizer_manager.py `_handle_abort_finish_reason`:
   "Input length (N tokens) exceeds the maximum allowed length (M tokens). Use a shorter
   input or enable --allow-auto-truncate."
-- sglang/srt/managers/scheduler.py (multimodal inputs, the same path):
+- sglang/srt/managers/scheduler.py:3234 (multimodal inputs, the same path):
   "Multimodal prompt is too long after expanding multimodal tokens. ..."
 
 Streamed, the scheduler's refusal is no 400 at all: the answer is HTTP 200 and its only
@@ -24,7 +24,8 @@ chunk is `data: {"error": {"object": "error", "message": "Input length (1412 tok
 exceeds the maximum allowed length (1018 tokens). ...", "type": "BAD_REQUEST", "param":
 null, "code": 400}}`, then `data: [DONE]` (serving_chat.py:2568-2578, an abort with a
 status code; seen on the real 0.5.23 CPU server with a prompt over its 1024-token KV pool).
-stream_answer.py judges that chunk as the 400 of its code, so both forms end here alike.
+supervisor/dispatch/stream_answer.py judges that chunk as the 400 of its code, so both forms
+end here alike.
 
 Its kind is its own (`KIND`), not "HTTP 400": the circuit breaker's window and the status
 show a prompt refused for its length apart from the 400s that hit every prompt (a template

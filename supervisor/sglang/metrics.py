@@ -1,4 +1,5 @@
-"""Reading SGLang's own Prometheus `/metrics` (served when it runs with `--enable-metrics`):
+"""Reading SGLang's own Prometheus `/metrics` (served when it runs with `--enable-metrics`,
+mounted by `sglang/srt/utils/common.py:2849` add_prometheus_middleware):
 how many requests it is running and queueing, how full its KV cache is, how many requests it
 has retracted, and its live generation throughput.
 
@@ -28,20 +29,24 @@ will retract first); per-priority series are skipped (their total is already the
 
 A gauge has no sample until the scheduler first logs its stats, so any figure may be
 missing: each is None ("n/a") on its own, and a failed or unreadable scrape is all n/a with
-the reason, never an error.
+the reason, never an error. Spoken with httpx, the client of the daemon's few requests to
+SGLang (abort.py says why).
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import anyio
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 METRICS_PATH = "/metrics"
+# The launch flag that serves it: off unless given (`sglang/srt/arg_groups/fields/
+# observability.py:70` enable_metrics = False).
+ENABLE_METRICS = "enable-metrics"
 
 RUNNING = "sglang:num_running_reqs"
 QUEUED = "sglang:num_queue_reqs"
@@ -56,6 +61,11 @@ GENERATION_TOKENS = "sglang:generation_tokens_total"
 
 _SUMMED = (RUNNING, QUEUED, GEN_THROUGHPUT, RETRACTED_TOTAL)
 _WANTED = frozenset((*_SUMMED, TOKEN_USAGE, REALTIME_TOKENS, GENERATION_TOKENS))
+
+
+def metrics_enabled(argv: Sequence[str]) -> bool:
+    """Whether a server's launch line asks SGLang for its /metrics."""
+    return f"--{ENABLE_METRICS}" in argv
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Probing SGLang's /health_generate: 200 only when the server can actually generate.
 
-(/health answers as soon as the HTTP front end is up; /health_generate runs a one-token
-generation, so it stays 503 through warmup.) Before that, real SGLang does not listen at all:
+(/health answers as soon as the HTTP front end is up; /health_generate,
+`sglang/srt/entrypoints/http_server.py:722`, runs a one-token generation, so it stays 503
+through warmup.) Before that, real SGLang does not listen at all:
 the HTTP server starts only after the schedulers have loaded the model and reported ready
 (`sglang/srt/entrypoints/http_server.py` launch_server: `Engine._launch_subprocesses`, which
 waits for them, then the uvicorn server). So while STARTING a refused connection means "still
@@ -12,6 +13,8 @@ request and waits up to 20 s for its scheduler to make progress before it answer
 (`sglang/srt/entrypoints/http_server.py:218` HEALTH_CHECK_TIMEOUT, the loop at :779). So
 the probe's timeout (servers.health_timeout_s, 30 s by default) is above those 20 s: a
 shorter one fails a busy server that SGLang itself still calls healthy.
+
+Spoken with httpx, the client of the daemon's few requests to SGLang (abort.py says why).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from supervisor.servers.sglang_metrics import (MetricsParseError, SglangMetrics,
+from supervisor.sglang.metrics import (MetricsParseError, SglangMetrics,
                                                parse_sglang_metrics)
 
 LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")

@@ -11,27 +11,19 @@ exactly as at launch -- a `--help` text only lists names.
 
 Only a launch command of SGLang's own shape is checked (`<python> -m sglang.launch_server`,
 or `sglang serve`); a wrapper script or the simulator is not, and neither is anything where
-that interpreter has no SGLang: those are skipped with a log line.
+that interpreter has no SGLang: those are not checked, and the verdict says why. What the
+daemon does with a verdict is supervisor/servers/flag_gate.py's.
 """
 
 from __future__ import annotations
 
-import functools
 import json
-import logging
 import os
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterable, Mapping, Sequence
-
-import anyio
-
-from supervisor.config import ConfigError, ServersSection
-from supervisor.servers.launch_command import build_argv
-
-log = logging.getLogger("supervisor.servers")
+from typing import Callable, Mapping, Sequence
 
 # The child's exit status when its interpreter cannot import SGLang at all.
 NOT_INSTALLED = 17
@@ -117,17 +109,19 @@ def argparse_error(text: str) -> str | None:
     return None
 
 
-def sglang_verdict(servers: ServersSection, env: Mapping[str, str] | None = None,
-                timeout_s: float = 300.0, runner: Runner = subprocess.run) -> FlagVerdict:
-    """Blocking (SGLang imports torch: seconds to a minute); call it off the event loop."""
-    found = sglang_launcher(servers.command)
+def parser_verdict(command: Sequence[str], args: Sequence[str], flags: int,
+                   env: Mapping[str, str] | None = None, timeout_s: float = 300.0,
+                   runner: Runner = subprocess.run) -> FlagVerdict:
+    """What SGLang's parser says of `args`, the launch line after `command` (`flags`: how
+    many the job set, for the message). Blocking (SGLang imports torch: seconds to a
+    minute); call it off the event loop."""
+    found = sglang_launcher(command)
     if found is None:
-        return FlagVerdict(None, f"launch command {servers.command[0]!r} is not SGLang's "
+        return FlagVerdict(None, f"launch command {command[0]!r} is not SGLang's "
                                  "launcher (python -m sglang.launch_server or sglang serve)")
     python, leading = found
-    args = [*leading, *build_argv(servers, servers.base_port)[len(servers.command):]]
     try:
-        out = runner([python, "-c", PARSER_CHECK, *args], capture_output=True, text=True,
+        out = runner([python, "-c", PARSER_CHECK, *leading, *args], capture_output=True, text=True,
                      timeout=timeout_s, stdin=subprocess.DEVNULL,
                      env=dict(os.environ if env is None else env))
     except FileNotFoundError:
@@ -142,8 +136,8 @@ def sglang_verdict(servers: ServersSection, env: Mapping[str, str] | None = None
             except ValueError:
                 pass
     if out.returncode == 0:
-        return FlagVerdict(True, f"SGLang's parser ({python}) accepts all "
-                                 f"{len(servers.flags)} flags", options)
+        return FlagVerdict(True, f"SGLang's parser ({python}) accepts all {flags} flags",
+                           options)
     if out.returncode == NOT_INSTALLED:
         return FlagVerdict(None, f"SGLang is not installed for {python}")
     error = argparse_error(out.stderr)
@@ -151,46 +145,3 @@ def sglang_verdict(servers: ServersSection, env: Mapping[str, str] | None = None
         return FlagVerdict(False, error, options)
     tail = (out.stderr.strip().splitlines() or ["no output"])[-1]
     return FlagVerdict(None, f"SGLang's parser exited with {out.returncode}: {tail[-300:]}")
-
-
-def refusal_message(verdict: FlagVerdict) -> str:
-    return (f"servers.flags: the installed SGLang refuses the launch flags: {verdict.detail} "
-            "(fix or remove them; `dflash-supervisor check` lists close names)")
-
-
-# At daemon start, well inside systemd's default TimeoutStartSec (90 s): READY is only sent
-# after this. Importing SGLang (torch) takes seconds; past this the check is skipped, not failed.
-START_CHECK_TIMEOUT_S = 60.0
-
-
-def require_accepted_flags(servers: ServersSection, env: Mapping[str, str] | None = None,
-                           runner: Runner = subprocess.run,
-                           timeout_s: float = START_CHECK_TIMEOUT_S) -> FlagVerdict:
-    """At daemon start: raise ConfigError when SGLang's parser refuses the flags; log a line
-    and go on when they cannot be checked here."""
-    verdict = sglang_verdict(servers, env, timeout_s, runner)
-    if verdict.refused:
-        raise ConfigError(refusal_message(verdict))
-    if verdict.accepted:
-        log.info("launch flags checked: %s", verdict.detail)
-    else:
-        log.info("launch flags not checked before launch: %s", verdict.detail)
-    return verdict
-
-
-async def require_accepted_retune(sections: Iterable[ServersSection],
-                                  env: Mapping[str, str] | None = None,
-                                  runner: Runner = subprocess.run,
-                                  timeout_s: float = START_CHECK_TIMEOUT_S) -> None:
-    """Before a retune or a reload rolls: raise ConfigError when SGLang's parser refuses a
-    server's new flags, so no server is stopped for flags it cannot start with (the roll
-    would stop at the first one, a server down for nothing). One check per distinct set of
-    flags, in a worker thread (SGLang's import takes seconds)."""
-    seen: set[tuple[str, ...]] = set()
-    for servers in sections:
-        argv = tuple(build_argv(servers, servers.base_port))
-        if argv in seen:
-            continue
-        seen.add(argv)
-        await anyio.to_thread.run_sync(functools.partial(
-            require_accepted_flags, servers, env, runner, timeout_s))
