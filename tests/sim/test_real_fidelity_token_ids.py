@@ -8,7 +8,6 @@ are compared, never text."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import httpx
@@ -16,6 +15,7 @@ import pytest
 
 from tests.fixtures.real_sglang import (FidelityServer, client, fidelity_server,  # noqa: F401
                                         real_sglang, shared_sim)
+from tests.sim.sglang_calls import sse_events
 
 IDS = {"x-sglext-return-input-ids": "1", "x-sglext-return-output-ids": "1"}
 MESSAGES = [{"role": "user", "content": "Count from one to twenty, one number a line."}]
@@ -27,15 +27,10 @@ pytestmark = pytest.mark.timeout(600)
 def _stream(server: FidelityServer, body: dict[str, Any]) -> list[Any]:
     body = {"model": server.model, "stream": True,
             "stream_options": {"include_usage": True}, **body}
-    out: list[Any] = []
     with client() as c, c.stream("POST", server.base_url + "/v1/chat/completions",
                                  json=body, headers=IDS) as r:
         assert r.status_code == 200, r.read()
-        for line in r.iter_lines():
-            if line.startswith("data: "):
-                data = line[len("data: "):]
-                out.append(data if data == "[DONE]" else json.loads(data))
-    return out
+        return sse_events(r.iter_lines())
 
 
 def _ids(events: list[Any]) -> tuple[list[int], list[int]]:
