@@ -1,5 +1,5 @@
 """Issue 38 item 3 on real SGLang 0.5.23 (the CPU build, a tiny model): a job at max tokens
-32, raised to 64 with continue through the control socket. Each continued answer's ids are
+32, raised to 64 with continue through the control action. Each continued answer's ids are
 its stored 32 followed by the continuation's; greedy (temperature 0), they equal a
 from-scratch 64-token run of the same prompt -- where they differ the test prints the top-2
 logprob gap at the first difference and fails unless it is a near tie (< 1e-3); the
@@ -20,7 +20,8 @@ import httpx
 import pytest
 
 from state.token_ids_table import unpack_ids
-from supervisor.client.control_client import ControlClient
+from supervisor.contract.actions import MaxTokensRequest
+from supervisor.control.actions import Actions
 from supervisor.contract.pause_sources import PauseSource
 from supervisor.job.main_loop import Job
 from tests.fixtures.real_job import (assert_every_prompt_once, query, run_job, wait_fleet,
@@ -85,12 +86,7 @@ async def test_a_job_raised_from_32_to_64_with_continue_matches_greedy_runs(
     cfg = real_config(tmp_path / "job", prompts=PROMPTS, max_tokens=OLD, count=1)
     cfg = replace(cfg, generation=replace(cfg.generation, temperature=0.0),
                   job=replace(cfg.job, keep_token_ids="all"))
-    socket = str(cfg.control.socket)
     seen: dict[str, Any] = {}
-
-    def raise_with_continue() -> Any:
-        with ControlClient(socket) as client:
-            return client.set_max_tokens(NEW, continue_truncated=True)
 
     async def drive(job: Job) -> None:
         fleet = await wait_fleet(job)
@@ -107,7 +103,11 @@ async def test_a_job_raised_from_32_to_64_with_continue_matches_greedy_runs(
         seen["stored"] = {pid: unpack_ids(blob) for pid, blob in query(
             cfg, "SELECT t.prompt_id, t.output_ids FROM answer_tokens t JOIN prompts p ON "
                  "p.id = t.prompt_id WHERE p.finish_reason = 'length'")}
-        seen["result"] = await anyio.to_thread.run_sync(raise_with_continue)
+        # The control socket's own action (what `ctl max-tokens 64 --continue-truncated`
+        # calls), in-process: its checks, the raise and the continue.
+        actions = Actions(job, dispatcher.astore, job.task_group)
+        seen["result"] = await actions.max_tokens(
+            MaxTokensRequest(value=NEW, continue_truncated=True), None)
         await dispatcher.resume(PauseSource.OPERATOR, "test")
 
     with one_real_job_at_a_time():
