@@ -1,50 +1,20 @@
-"""What dflash-tui needs of the control client: its async operations, as a Protocol.
+"""What dflash-tui needs of the control client: `DaemonClient`, the typed calls that
+supervisor/client/control_calls.py derives from the control API's table.
 
 The app is built by `make_app(daemon)`: in use `daemon` is the real `AsyncControlClient`
-over the Unix socket; tests hand it a fake with fixed contract data. Nothing here or in the
-app knows how the daemon stores, measures or uploads anything: only the status contract.
+over the Unix socket; tests hand it a fake with fixed contract data that answers the same
+generic `call`. Nothing here or in the app knows how the daemon stores, measures or uploads
+anything: only the status contract.
 """
 
 from __future__ import annotations
 
-from typing import AsyncIterator, Protocol
-
+from supervisor.client.control_calls import ControlCalls
 from supervisor.client.control_client import AsyncControlClient
-from supervisor.contract.status import FlagValue, Status, StreamItem
-from supervisor.contract.actions import (LogTail, MaxTokensResult, PauseResult, RequeueResult,
-                                         ResetResult, RestartResult, ResumeResult, RetuneResult)
 
-class DaemonClient(Protocol):
-    """The daemon's control socket as the TUI uses it. Every call may raise ControlError:
-    ControlUnreachable (no daemon), ControlRefused (the daemon said no, with its reason)
-    or ControlProtocolError (an answer that does not fit the contract)."""
-
-    socket: str
-
-    async def status(self) -> Status: ...
-
-    def events(self, since: int | None = None, *,
-               idle_timeout_s: float = 60.0) -> AsyncIterator[StreamItem]: ...
-
-    async def log(self, server: str, lines: int = 200) -> LogTail: ...
-
-    async def set_max_tokens(self, value: int, *,
-                             requeue_truncated: bool = False) -> MaxTokensResult: ...
-
-    async def requeue_truncated(self, *, include_loops: bool = False) -> RequeueResult: ...
-
-    async def pause(self, reason: str) -> PauseResult: ...
-
-    async def resume(self) -> ResumeResult: ...
-
-    async def restart(self, server: str | None = None) -> RestartResult: ...
-
-    async def retune(self, flags: dict[str, FlagValue | None], *, server: str | None = None,
-                     add: bool = False) -> RetuneResult: ...
-
-    async def reset(self, server: str) -> ResetResult: ...
-
-    async def aclose(self) -> None: ...
+# Every call may raise ControlError: ControlUnreachable (no daemon), ControlRefused (the
+# daemon said no, with its reason) or ControlProtocolError (an answer that does not fit).
+DaemonClient = ControlCalls
 
 
 def connect(socket: str | None) -> DaemonClient:

@@ -1,30 +1,24 @@
 """Plain-text views of contract records for `status` and `ctl` (and anything else that
-prints): the formatting lives here, not in the data. Standard library only."""
+prints): the formatting lives here, not in the data. Standard library only. `duration` and
+`truncation` live in contract/figure_text.py (the daemon's own lines use them too) and are
+imported from here by the clients."""
 
 from __future__ import annotations
 
 import json
 import time
 
-from supervisor.contract.actions import (MaxTokensResult, PauseResult, RequeueResult, ResetResult,
-                                         RestartResult, ResumeResult, RetuneResult)
 from supervisor.contract import status as c
-
-
-def duration(seconds: float | None, unknown: str = "--") -> str:
-    """`42s`, `3m05s`, `2h07m`, `26h42m`, `3d04h`: hours up to two days, so the ETA of a
-    day-long job keeps its minutes. `unknown` for None, NaN or a negative span. The one
-    duration format of the status text, the progress line and dflash-tui."""
-    if seconds is None or seconds != seconds or seconds < 0:
-        return unknown
-    s = int(round(seconds))
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m{s % 60:02d}s"
-    if s < 86400 * 2:
-        return f"{s // 3600}h{(s % 3600) // 60:02d}m"
-    return f"{s // 86400}d{(s % 86400) // 3600:02d}h"
+from supervisor.contract.actions import (
+    MaxTokensResult,
+    PauseResult,
+    RequeueResult,
+    ResetResult,
+    RestartResult,
+    ResumeResult,
+    RetuneResult,
+)
+from supervisor.contract.figure_text import duration, truncation
 
 
 def si(x: float) -> str:
@@ -32,21 +26,6 @@ def si(x: float) -> str:
         if abs(x) >= size:
             return f"{x / size:.1f}{unit}"
     return f"{x:.0f}"
-
-
-def truncation(total: float, in_thinking: float | None = None,
-               in_answer: float | None = None, long: float | None = None,
-               loop: float | None = None) -> str:
-    """Truncated share, split by where the cut fell (inside the thinking: no answer at all)
-    and, where loops were seen, into merely long and looping. Shares are 0..1."""
-    text = f"trunc {100 * total:.1f}%"
-    parts = []
-    if in_thinking:
-        parts.append(f"in thinking {100 * in_thinking:.1f}%, "
-                     f"in answer {100 * (in_answer or 0.0):.1f}%")
-    if loop:
-        parts.append(f"long {100 * (long or 0.0):.1f}%, loop {100 * loop:.1f}%")
-    return text + (f" ({'; '.join(parts)})" if parts else "")
 
 
 def size(nbytes: int | None) -> str:
@@ -117,8 +96,28 @@ def waste_line(w: c.Waste) -> str:
     """Goodput and what was thrown away, by cause (causes with nothing left out)."""
     goodput = "--" if w.goodput is None else f"{100 * w.goodput:.1f}%"
     causes = ", ".join(f"{x.cause} {si(x.tokens)}" for x in w.causes if x.tokens)
-    return (f"goodput {goodput}: {si(w.kept_tokens)} tokens kept, {si(w.wasted_tokens)} "
+    text = (f"goodput {goodput}: {si(w.kept_tokens)} tokens kept, {si(w.wasted_tokens)} "
             f"wasted" + (f" ({causes})" if causes else ""))
+    if w.continued_tokens:
+        text += (f"; {si(w.continued_tokens)} not decoded again by continuing "
+                 f"{w.continued_answers:,} truncated answers")
+    return text
+
+
+def continuation_line(cont: c.Continuation, max_tokens: int) -> str | None:
+    """What a raise of max tokens would continue now (None: nothing truncated to speak of)."""
+    if not (cont.continuable or cont.without_ids or cont.pending):
+        return None
+    parts = []
+    if cont.pending:
+        parts.append(f"{cont.pending:,} continuing now (they go out before fresh prompts)")
+    if cont.continuable or cont.without_ids:
+        parts.append(f"{cont.continuable:,} truncated answers can be continued "
+                     f"({si(cont.tokens_kept)} tokens kept): ctl max-tokens N "
+                     f"--continue-truncated with N above {max_tokens:,}")
+    if cont.without_ids:
+        parts.append(f"{cont.without_ids:,} have no stored tokens (re-run from the start)")
+    return "; ".join(parts)
 
 
 def report(s: c.Status, source: str) -> str:
@@ -138,6 +137,9 @@ def report(s: c.Status, source: str) -> str:
         out.append(f"quality  {s.quality.tripped}")
     if s.waste is not None:
         out.append(f"waste    {waste_line(s.waste)}")
+    cont = continuation_line(s.continuation, s.max_tokens) if s.continuation else None
+    if cont:
+        out.append(f"continue {cont}")
     b = s.breaker
     if b is not None and b.samples and b.error_rate:
         kinds = ", ".join(f"{e.kind} {e.count}" for e in b.errors)

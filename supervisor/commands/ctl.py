@@ -1,20 +1,35 @@
 """`dflash-supervisor ctl ACTION ...`: act on the running daemon through its control socket,
 for scripts and for people without the TUI (max-tokens, requeue, pause, resume, restart,
-retune, reset, log)."""
+retune, reset, log).
+
+Each subcommand is an entry of the control API's table (contract/api.py) by name, and its
+arguments are named after the fields of the entry's request record: the record is built
+from them and sent with the client's generic `call`. A new action needs only its
+subparser here (and a line in client/text.result_text)."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
-from typing import Any, Callable, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
-                                              ControlUnreachable)
+from supervisor.client.control_client import (
+    ControlClient,
+    ControlProtocolError,
+    ControlRefused,
+    ControlUnreachable,
+)
 from supervisor.client.exit_codes import EXIT_CODES, EXIT_OK, PROG, fail
-from supervisor.commands.status import socket_for
 from supervisor.client.text import result_text
+from supervisor.commands.status import socket_for
+from supervisor.contract.actions import FlagSetting, LogTail
+from supervisor.contract.api import ENDPOINTS, Endpoint
 from supervisor.contract.codec import dumps
+
+_BY_NAME = {e.name: e for e in ENDPOINTS}
 
 
 def _flag_value(text: str) -> Any:
@@ -27,14 +42,35 @@ def _flag_value(text: str) -> Any:
     return value if isinstance(value, (bool, int, float, str, list)) or value is None else text
 
 
-def _retune_flags(pairs: list[str]) -> dict[str, Any]:
-    flags: dict[str, Any] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name:
-            raise ValueError(f"retune: expected FLAG=VALUE, got {pair!r}")
-        flags[name.lstrip("-")] = _flag_value(value)
-    return flags
+def _flag_setting(pair: str) -> FlagSetting:
+    name, sep, value = pair.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"retune: expected FLAG=VALUE, got {pair!r}")
+    return FlagSetting(name.lstrip("-"), _flag_value(value))
+
+
+def request_of(endpoint: Endpoint[Any, Any], args: argparse.Namespace) -> Any:
+    """The entry's request record from the subcommand's arguments of the same names."""
+    given = vars(args)
+    values = {f.name: given[f.name] for f in dataclasses.fields(endpoint.request)
+              if f.name in given}
+    return endpoint.request(**values)
+
+
+class _Words(argparse.Action):
+    """A reason given as several words is one text."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, " ".join(values))
+
+
+class _Flags(argparse.Action):
+    """A flag given twice is sent once, with its last value."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, tuple({f.name: f for f in values}.values()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -53,6 +89,8 @@ def build_parser() -> argparse.ArgumentParser:
                      "tokens (decodes only what lies past the old limit)")
     how.add_argument("--requeue-truncated", action="store_true",
                      help="re-run the prompts truncated under a lower limit from scratch")
+    a.add_argument("--include-loops", action="store_true",
+                   help="with --continue-truncated: continue the looping answers too")
     a = sub.add_parser("requeue-truncated", help="re-run prompts truncated below max tokens "
                        "(degenerate loops stay unless --include-loops)")
     a.add_argument("--include-loops", action="store_true",
@@ -60,12 +98,13 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("requeue-failed", help="re-run failed prompts")
     a.add_argument("--reason-like", help="only failures whose error contains this text")
     a = sub.add_parser("pause", help="stop dispatching (in-flight requests finish)")
-    a.add_argument("reason", nargs="+")
+    a.add_argument("reason", nargs="+", action=_Words)
     sub.add_parser("resume", help="lift the operator's (and the quality gate's) pause")
     a = sub.add_parser("restart", help="restart one server, or all one at a time")
     a.add_argument("server", nargs="?")
     a = sub.add_parser("retune", help="change server flags (rolling restart)")
-    a.add_argument("flags", nargs="+", metavar="FLAG=VALUE", help="VALUE null removes a flag")
+    a.add_argument("flags", nargs="+", type=_flag_setting, action=_Flags, metavar="FLAG=VALUE",
+                   help="VALUE null removes a flag")
     a.add_argument("--server", help="only this server")
     a.add_argument("--add", action="store_true", help="allow flags the servers lack")
     a = sub.add_parser("reset", help="start a FAILED server again")
@@ -77,36 +116,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    flags: dict[str, Any] = {}
-    if args.action == "retune":
+    args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    endpoint = _BY_NAME[args.action]
+    request = request_of(endpoint, args)
+    with ControlClient(socket_for(args.socket, args.state)) as client:
         try:
-            flags = _retune_flags(args.flags)
-        except ValueError as exc:
-            parser.error(str(exc))
-    path = socket_for(args.socket, args.state)
-    calls: dict[str, Callable[[ControlClient], Any]] = {
-        "max-tokens": lambda cl: cl.set_max_tokens(
-            args.value, requeue_truncated=args.requeue_truncated,
-            continue_truncated=args.continue_truncated),
-        "requeue-truncated": lambda cl: cl.requeue_truncated(include_loops=args.include_loops),
-        "requeue-failed": lambda cl: cl.requeue_failed(args.reason_like),
-        "pause": lambda cl: cl.pause(" ".join(args.reason)),
-        "resume": lambda cl: cl.resume(),
-        "restart": lambda cl: cl.restart(args.server),
-        "retune": lambda cl: cl.retune(flags, server=args.server, add=args.add),
-        "reset": lambda cl: cl.reset(args.server),
-        "log": lambda cl: cl.log(args.server, args.lines),
-    }
-    with ControlClient(path) as client:
-        try:
-            answer = calls[args.action](client)
+            answer = client.call(endpoint, request)
         except (ControlRefused, ControlUnreachable, ControlProtocolError) as exc:
             return fail(exc)
     if args.json:
         print(dumps(answer))
-    elif args.action == "log":
+    elif isinstance(answer, LogTail):
         print("\n".join(answer.lines))
     else:
         print(result_text(answer))

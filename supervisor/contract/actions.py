@@ -1,5 +1,6 @@
-"""The control socket's actions: what each POST takes and answers, and the server log
-a client reads. Standard library only, like the status records they refer to."""
+"""The control socket's records: what each call takes and answers (the status snapshot
+itself lives in status.py). Which path carries which record is said once, in api.py.
+Standard library only, like the status records they refer to."""
 
 from __future__ import annotations
 
@@ -8,8 +9,18 @@ from dataclasses import dataclass
 from supervisor.contract.codec import Record
 from supervisor.contract.status import FlagValue, PauseReason, ServerState
 
+# -- reads ---------------------------------------------------------------------------------------
 
-# -- the server's log -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class StatusRequest(Record):
+    """GET /v1/status takes nothing."""
+
+
+@dataclass(frozen=True)
+class LogRequest(Record):
+    server: str                  # from the path
+    lines: int = 200             # from the query string
+
 
 @dataclass(frozen=True)
 class LogTail(Record):
@@ -74,6 +85,11 @@ class PauseResult(Record):
 
 
 @dataclass(frozen=True)
+class ResumeRequest(Record):
+    """Resume takes nothing: it lifts every pause an operator may lift."""
+
+
+@dataclass(frozen=True)
 class ResumeResult(Record):
     """Resume lifts the operator's pause and the quality gate's (the operator accepts or has
     fixed the cause); a disk pause lifts itself when space comes back."""
@@ -123,6 +139,11 @@ class RetuneResult(Record):
     that does not come back READY with the new flags."""
     changes: tuple[FlagChange, ...]
     order: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ResetRequest(Record):
+    server: str                  # from the path; the body is an empty object
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,7 @@
-"""What an operator can do over the socket, each answered with what was done and recorded in
-the events table as `control_action` with the caller's uid, user name and pid.
+"""What an operator can do over the socket: one method per entry of contract/api.py's table,
+named after it, taking its request record and the caller and answering its result record.
+The control app records each action (a POST) in the events table as `control_action` with
+the caller's uid, user name and pid, after the method returned.
 
 A value the daemon refuses raises Refused with the HTTP status and one line saying why;
 nothing is changed then. Restarts and retunes take minutes (a model load), so they are
@@ -10,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -20,25 +23,41 @@ from state.store import Store
 from supervisor.config import ConfigError
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract import status as c
-from supervisor.contract.actions import (FlagChange, LogTail, MaxTokensRequest, MaxTokensResult,
-                                         PauseRequest, PauseResult, RequeueFailedRequest,
-                                         RequeueResult, RequeueTruncatedRequest, ResetResult,
-                                         RestartRequest, RestartResult, ResumeResult,
-                                         RetuneRequest, RetuneResult)
+from supervisor.contract.actions import (
+    FlagChange,
+    LogRequest,
+    LogTail,
+    MaxTokensRequest,
+    MaxTokensResult,
+    PauseRequest,
+    PauseResult,
+    RequeueFailedRequest,
+    RequeueResult,
+    RequeueTruncatedRequest,
+    ResetRequest,
+    ResetResult,
+    RestartRequest,
+    RestartResult,
+    ResumeRequest,
+    ResumeResult,
+    RetuneRequest,
+    RetuneResult,
+)
 from supervisor.contract.codec import to_plain
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import LIFTABLE, PauseSource
 from supervisor.contract.status import flag_value
 from supervisor.control.peer import actor_of
 from supervisor.dispatch.dispatcher import Dispatcher
-from supervisor.sglang.continuation import inexact_sampling
 from supervisor.servers.attached_server import AttachedServer, refusal
 from supervisor.servers.fleet import Fleet, RollBusy, RollingResult, RollTicket
+from supervisor.sglang.continuation import inexact_sampling
 
 log = logging.getLogger("supervisor.control")
 
 OPERATOR = PauseSource.OPERATOR
 MAX_REASON = 500
+MAX_LOG_LINES = 10_000
 
 
 class Refused(Exception):
@@ -113,14 +132,12 @@ class Actions:
         except ValueError as exc:
             raise Refused(422, str(exc)) from None
         requeued = await self.dispatcher.requeue_truncated(actor) if req.requeue_truncated else None
-        result = MaxTokensResult(old=old, new=req.value, requeued=requeued)
         if req.continue_truncated:
             got = await self.dispatcher.continue_truncated(actor, req.include_loops)
-            result = MaxTokensResult(old=old, new=req.value, requeued=None,
-                                     continued=got.continued, from_scratch=got.from_scratch,
-                                     tokens_kept=got.tokens_kept)
-        await self.audit("max-tokens", caller, req, result)
-        return result
+            return MaxTokensResult(old=old, new=req.value, requeued=None,
+                                   continued=got.continued, from_scratch=got.from_scratch,
+                                   tokens_kept=got.tokens_kept)
+        return MaxTokensResult(old=old, new=req.value, requeued=requeued)
 
     async def _check_continue(self, req: MaxTokensRequest) -> None:
         """Whether continuing up to `req.value` is possible and exact; Refused saying why
@@ -153,17 +170,13 @@ class Actions:
         count = await self.dispatcher.requeue_truncated(actor_of(caller), req.include_loops)
         # Requeued prompts are pending now: what is still truncated below the limit is loops.
         left = await self.astore.call(Store.truncated_count, self.dispatcher.max_tokens)
-        result = RequeueResult("truncated", count, self.dispatcher.max_tokens, left)
-        await self.audit("requeue-truncated", caller, req, result)
-        return result
+        return RequeueResult("truncated", count, self.dispatcher.max_tokens, left)
 
     async def requeue_failed(self, req: RequeueFailedRequest,
                              caller: c.Caller | None) -> RequeueResult:
         count = await self.astore.call(Store.requeue_failed, req.reason_like, actor_of(caller))
         self.dispatcher.poke()
-        result = RequeueResult("failed", int(count))
-        await self.audit("requeue-failed", caller, req, result)
-        return result
+        return RequeueResult("failed", int(count))
 
     async def pause(self, req: PauseRequest, caller: c.Caller | None) -> PauseResult:
         reason = " ".join(req.reason.split())
@@ -173,19 +186,15 @@ class Actions:
             raise Refused(400, f"pause: reason longer than {MAX_REASON} characters")
         before = self.dispatcher.snapshot().paused.get(OPERATOR)
         await self.dispatcher.pause(OPERATOR, reason, actor_of(caller))
-        result = PauseResult(changed=before != reason, reason=reason, paused=self.paused())
-        await self.audit("pause", caller, req, result)
-        return result
+        return PauseResult(changed=before != reason, reason=reason, paused=self.paused())
 
-    async def resume(self, caller: c.Caller | None) -> ResumeResult:
+    async def resume(self, req: ResumeRequest, caller: c.Caller | None) -> ResumeResult:
         snap = self.dispatcher.snapshot().paused
         lifted = []
         for key in LIFTABLE:
             if key in snap and await self.dispatcher.resume(key, actor_of(caller)):
                 lifted.append(c.PauseReason(key, snap[key]))
-        result = ResumeResult(lifted=tuple(lifted), paused=self.paused())
-        await self.audit("resume", caller, {}, result)
-        return result
+        return ResumeResult(lifted=tuple(lifted), paused=self.paused())
 
     def _start_roll(self, what: str,
                     roll: Callable[[RollTicket], Awaitable[RollingResult]]) -> None:
@@ -214,9 +223,7 @@ class Actions:
         what = f"restart of {req.server}" if req.server else "rolling restart"
         actor = actor_of(caller)
         self._start_roll(what, lambda t: self.fleet.restart(req.server, actor, t))
-        result = RestartResult(order=order, reason="restart requested")
-        await self.audit("restart", caller, req, result)
-        return result
+        return RestartResult(order=order, reason="restart requested")
 
     async def retune(self, req: RetuneRequest, caller: c.Caller | None) -> RetuneResult:
         if not req.flags:
@@ -252,11 +259,10 @@ class Actions:
         actor = actor_of(caller)
         what = f"retune of {req.server}" if req.server else "rolling retune"
         self._start_roll(what, lambda t: self.fleet.retune(flags, req.server, actor, t))
-        result = RetuneResult(changes=tuple(changes), order=tuple(targets))
-        await self.audit("retune", caller, req, result)
-        return result
+        return RetuneResult(changes=tuple(changes), order=tuple(targets))
 
-    async def reset(self, name: str, caller: c.Caller | None) -> ResetResult:
+    async def reset(self, req: ResetRequest, caller: c.Caller | None) -> ResetResult:
+        name = req.server
         self.check_own(name, "reset")
         state = self.fleet.servers[name].state
         if state is not c.ServerState.FAILED:
@@ -264,12 +270,12 @@ class Actions:
                                f"FAILED server (use restart)")
         if not await self.fleet.reset(name, actor_of(caller)):
             raise Refused(409, f"{name} left FAILED meanwhile")
-        result = ResetResult(server=name, was=c.ServerState.FAILED)
-        await self.audit("reset", caller, {"server": name}, result)
-        return result
+        return ResetResult(server=name, was=c.ServerState.FAILED)
 
-    def log_tail(self, name: str, lines: int) -> LogTail:
-        self.check_server(name)
-        server = self.fleet.servers[name]
-        return LogTail(server=name, path=str(server.log.path),
-                       lines=tuple(self.fleet.recent_log(name, lines)))
+    async def log(self, req: LogRequest, caller: c.Caller | None) -> LogTail:
+        if not 1 <= req.lines <= MAX_LOG_LINES:
+            raise Refused(400, f"lines: expected 1..{MAX_LOG_LINES}, got {req.lines}")
+        self.check_server(req.server)
+        server = self.fleet.servers[req.server]
+        return LogTail(server=req.server, path=str(server.log.path),
+                       lines=tuple(self.fleet.recent_log(req.server, req.lines)))

@@ -1,5 +1,10 @@
 """The control socket's HTTP API (Starlette): routes, request parsing, one-line errors.
 
+The routes are contract/api.py's table: each entry goes to one generic handler that reads
+its request record (path, query or body), calls the Actions method named after it, audits
+it when it is a POST and answers its result record. Only the event stream, /metrics and
+the fast GET /v1/status are written out here.
+
 Every failure a client can cause is a 4xx with `{"error": "...", "status": N}`: malformed
 JSON, wrong types (named by field), unknown servers and paths, bodies over MAX_BODY bytes.
 An unexpected error is a 500 with one line, logged with its traceback; the daemon goes on.
@@ -9,7 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable, TypeVar
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -18,12 +24,11 @@ from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from supervisor.contract.actions import (ErrorBody, MaxTokensRequest, PauseRequest,
-                                         RequeueFailedRequest, RequeueTruncatedRequest,
-                                         RestartRequest, RetuneRequest)
 from supervisor.contract import status as c
-from supervisor.control.actions import Actions, Refused
+from supervisor.contract.actions import ErrorBody
+from supervisor.contract.api import BODY_ERRORS, ENDPOINTS, EVENTS_PATH, STATUS, Endpoint
 from supervisor.contract.codec import ContractError, to_plain
+from supervisor.control.actions import Actions, Refused
 from supervisor.control.hub import Hub
 from supervisor.control.metrics import CONTENT_TYPE, RestartCauses, render
 from supervisor.control.peer import PEER_KEY
@@ -31,8 +36,6 @@ from supervisor.control.peer import PEER_KEY
 log = logging.getLogger("supervisor.control")
 
 MAX_BODY = 64 * 1024
-MAX_LOG_LINES = 10_000
-T = TypeVar("T")
 
 
 def _json(record: Any, status: int = 200) -> Response:
@@ -45,7 +48,8 @@ def _error(status: int, reason: str) -> Response:
     return _json(ErrorBody(reason, status), status)
 
 
-async def _body(request: Request, cls: type[T]) -> T:
+async def _body(request: Request) -> Any:
+    """The request's JSON body, read up to MAX_BODY bytes; an empty body is `{}`."""
     declared = request.headers.get("content-length")
     if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY):
         raise Refused(413, f"request body over {MAX_BODY} bytes")
@@ -61,13 +65,17 @@ async def _body(request: Request, cls: type[T]) -> T:
         raise Refused(400, "the client went away mid-body") from None
     raw = b"".join(chunks)
     if not raw.strip():
-        raw = b"{}"
+        return {}
     try:
-        data = json.loads(raw)
+        return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise Refused(400, f"body is not JSON: {exc}") from None
+
+
+async def _request(request: Request, endpoint: Endpoint[Any, Any]) -> Any:
+    body = await _body(request) if endpoint.method == "POST" else None
     try:
-        return cls.from_plain(data)  # type: ignore[attr-defined,no-any-return]
+        return endpoint.from_wire(request.path_params, request.query_params, body)
     except ContractError as exc:
         raise Refused(400, str(exc)) from None
 
@@ -76,14 +84,6 @@ def _caller(request: Request) -> c.Caller | None:
     state = request.scope.get("state") or {}
     caller = state.get(PEER_KEY)
     return caller if isinstance(caller, c.Caller) else None
-
-
-class _Empty(c.Record):
-    @classmethod
-    def from_plain(cls, data: Any) -> Any:
-        if not isinstance(data, dict):
-            raise ContractError("expected a JSON object")
-        return None
 
 
 def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
@@ -143,43 +143,27 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
         return StreamingResponse(lines(), media_type="application/x-ndjson",
                                  headers={"cache-control": "no-store"})
 
-    async def server_log(request: Request) -> Response:
-        raw = request.query_params.get("lines", "200")
-        if not raw.isdigit() or not 1 <= int(raw) <= MAX_LOG_LINES:
-            raise Refused(400, f"lines: expected 1..{MAX_LOG_LINES}, got {raw[:40]!r}")
-        return _json(actions.log_tail(request.path_params["name"], int(raw)))
+    def answer(endpoint: Endpoint[Any, Any]) -> Handler:
+        act = getattr(actions, endpoint.handler, None)
+        if act is None:
+            raise TypeError(f"control: the API's entry {endpoint.name!r} has no Actions method "
+                            f"{endpoint.handler}()")
+        declared = set(endpoint.errors) | set(BODY_ERRORS)
 
-    async def max_tokens(request: Request) -> Response:
-        req = await _body(request, MaxTokensRequest)
-        return _json(await actions.max_tokens(req, _caller(request)))
-
-    async def requeue_truncated(request: Request) -> Response:
-        req = await _body(request, RequeueTruncatedRequest)
-        return _json(await actions.requeue_truncated(req, _caller(request)))
-
-    async def requeue_failed(request: Request) -> Response:
-        req = await _body(request, RequeueFailedRequest)
-        return _json(await actions.requeue_failed(req, _caller(request)))
-
-    async def pause(request: Request) -> Response:
-        req = await _body(request, PauseRequest)
-        return _json(await actions.pause(req, _caller(request)))
-
-    async def resume(request: Request) -> Response:
-        await _body(request, _Empty)
-        return _json(await actions.resume(_caller(request)))
-
-    async def restart(request: Request) -> Response:
-        req = await _body(request, RestartRequest)
-        return _json(await actions.restart(req, _caller(request)), 202)
-
-    async def retune(request: Request) -> Response:
-        req = await _body(request, RetuneRequest)
-        return _json(await actions.retune(req, _caller(request)), 202)
-
-    async def reset(request: Request) -> Response:
-        await _body(request, _Empty)
-        return _json(await actions.reset(request.path_params["name"], _caller(request)))
+        async def handle(request: Request) -> Response:
+            req = await _request(request, endpoint)
+            caller = _caller(request)
+            try:
+                result = await act(req, caller)
+            except Refused as exc:
+                if exc.status not in declared:
+                    log.warning("control: %s answered %d, which its table entry does not list",
+                                endpoint.name, exc.status)
+                raise
+            if endpoint.audited:
+                await actions.audit(endpoint.name, caller, req, result)
+            return _json(result, endpoint.ok)
+        return handle
 
     async def metrics(request: Request) -> Response:
         s = await hub.status()
@@ -203,20 +187,12 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
         log.exception("control: %s %s failed", request.method, request.url.path)
         return _error(500, f"internal error: {type(exc).__name__}: {str(exc)[:200]}")
 
-    get, post = ["GET"], ["POST"]
-    routes = [
-        Route("/v1/events", guarded(events), methods=get),
-        Route("/v1/servers/{name}/log", guarded(server_log), methods=get),
-        Route("/v1/servers/{name}/reset", guarded(reset), methods=post),
-        Route("/v1/max-tokens", guarded(max_tokens), methods=post),
-        Route("/v1/requeue-truncated", guarded(requeue_truncated), methods=post),
-        Route("/v1/requeue-failed", guarded(requeue_failed), methods=post),
-        Route("/v1/pause", guarded(pause), methods=post),
-        Route("/v1/resume", guarded(resume), methods=post),
-        Route("/v1/restart", guarded(restart), methods=post),
-        Route("/v1/retune", guarded(retune), methods=post),
-        Route("/metrics", guarded(metrics), methods=get),
-    ]
+    # GET /v1/status is answered before Starlette (below); every other entry of the table
+    # is a route to the one generic handler.
+    routes = [Route(e.path, guarded(answer(e)), methods=[e.method])
+              for e in ENDPOINTS if e is not STATUS]
+    routes += [Route(EVENTS_PATH, guarded(events), methods=["GET"]),
+               Route("/metrics", guarded(metrics), methods=["GET"])]
     app = Starlette(routes=routes,
                     exception_handlers={HTTPException: http_error, Exception: crash})
 
@@ -225,10 +201,11 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
         # straight from the shared serialised snapshot, it costs the job's event loop a
         # fraction of a full pass through the framework. It is the path's only handler (no
         # route behind it); everything else goes to Starlette.
-        if scope["type"] == "http" and scope["path"] == "/v1/status":
+        if scope["type"] == "http" and scope["path"] == STATUS.path:
             method = scope["method"]
             if method not in ("GET", "HEAD"):
-                await _error(405, f"{method} is not allowed on /v1/status")(scope, receive, send)
+                await _error(405, f"{method} is not allowed on {STATUS.path}")(scope, receive,
+                                                                               send)
                 return
             body = await hub.status_json()
             await send({"type": "http.response.start", "status": 200,

@@ -25,6 +25,7 @@ import aiohttp
 
 RETURN_IDS_HEADERS = {"x-sglext-return-input-ids": "1", "x-sglext-return-output-ids": "1"}
 DETOKENIZE_PATH = "/detokenize"
+JSON_HEADERS = {"content-type": "application/json"}
 
 
 class DetokenizeError(Exception):
@@ -57,7 +58,7 @@ async def detokenize(client: aiohttp.ClientSession, base_url: str, ids: list[int
     caller's wire errors pass through: the dispatch path judges them)."""
     body = json.dumps({"tokens": ids}, separators=(",", ":")).encode()
     async with client.post(base_url + DETOKENIZE_PATH, data=body,
-                           headers={"content-type": "application/json"},
+                           headers=JSON_HEADERS,
                            timeout=timeout) as resp:
         raw = await resp.read()
         if resp.status != 200:

@@ -10,8 +10,12 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from supervisor.sglang.metrics import (MetricsParseError, SglangMetrics,
-                                               parse_sglang_metrics)
+from supervisor.sglang.metrics import (
+    MetricsParseError,
+    SglangMetrics,
+    metrics_enabled,
+    parse_sglang_metrics,
+)
 
 LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
 
@@ -199,3 +203,11 @@ sglang:generation_tokens_total{{engine_type="unified",is_streaming="false",model
 def test_no_token_counter_is_none() -> None:
     m = parse_sglang_metrics(f"sglang:num_running_reqs{_ranks(0)} 3.0\n")
     assert m.decode_tokens_total is None and m.generation_tokens_total is None
+
+
+def test_a_launch_line_asks_for_metrics_only_with_the_flag_itself() -> None:
+    sglang = ["python", "-m", "sglang.launch_server", "--model-path", "m"]
+    assert metrics_enabled([*sglang, "--enable-metrics"])
+    assert not metrics_enabled(sglang)
+    # A longer flag that starts with the same words is another flag: nothing is served.
+    assert not metrics_enabled([*sglang, "--enable-metrics-for-all-schedulers"])

@@ -4,6 +4,7 @@ them, claimed before fresh prompts; on a real SQLite file."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 
 import pytest
@@ -138,3 +139,25 @@ def test_a_version_10_db_migrates_and_its_truncated_answers_have_no_ids(tmp_path
         assert (c.answers, c.without_ids) == (0, 1)
         got = store.continue_truncated(8)
         assert (got.continued, got.from_scratch) == (0, 1)
+
+
+def test_shard_lines_carry_continued_from_and_output_ids_only_where_they_apply(tmp_path):
+    from supervisor.shards.writer import ShardWriter
+    with Store.open(tmp_path / "job.db") as store:
+        store.import_batch(rows(2))
+        _record(store, _done("p0000", ids=_ids(4), continued_from=2),
+                _done("p0001", finish="stop"))
+        plain = ShardWriter(store, tmp_path / "a", 2, lambda n: f"s{n}.jsonl")
+        plain.sync(flush=True)
+        lines = [json.loads(x) for x in (tmp_path / "a" / "s1.jsonl").read_text().splitlines()]
+        assert lines[0]["continued_from"] == 2 and "output_ids" not in lines[0]
+        # A line generated in one go keeps the bytes it always had: no new keys.
+        assert list(lines[1]) == ["id", "messages", "finish_reason", "loop", "usage",
+                                  "max_tokens", "model", "server", "attempt", "time"]
+        with_ids = ShardWriter(store, tmp_path / "b", 2, lambda n: f"s{n}.jsonl",
+                               output_ids=True)
+        store.reassign_shard(1, "test", "test")
+        with_ids.sync(flush=True)
+        lines = [json.loads(x) for x in (tmp_path / "b" / "s1.jsonl").read_text().splitlines()]
+        assert lines[0]["output_ids"] == [100, 101, 102, 103]
+        assert "output_ids" not in lines[1]             # no ids kept for it

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from textual.widgets import Input
 
+from supervisor.contract import actions as a
 from tests.fixtures import tui_status_data as data
 from tests.fixtures.fake_daemon_client import FakeDaemon
 from tests.fixtures.tui_pilot import until_called
@@ -15,16 +16,20 @@ from tui.screens.main_screen import MainScreen
 
 SIZE = (100, 30)
 
-# (status, keys that open the dialog, the request Enter sends, its arguments)
+# (status, keys that open the dialog, the entry Enter sends, its request record)
 DIALOGS = {
-    "restart": (data.healthy, ["down", "r"], "restart", "gpu1"),
-    "restart all": (data.healthy, ["R"], "restart", None),
-    "requeue": (data.healthy, ["u"], "requeue_truncated", False),
-    "requeue with loops": (data.with_insight, ["U"], "requeue_truncated", True),
-    "resume": (data.paused_by_quality, ["p"], "resume", None),
-    "reset": (data.with_failed_server, ["down"] * 5 + ["f"], "reset", "gpu5"),
-    "pause": (data.healthy, ["p"], "pause", "paused by operator"),
-    "max tokens": (data.healthy, ["m"], "set_max_tokens", (8192, True)),
+    "restart": (data.healthy, ["down", "r"], "restart", a.RestartRequest("gpu1")),
+    "restart all": (data.healthy, ["R"], "restart", a.RestartRequest(None)),
+    "requeue": (data.healthy, ["u"], "requeue-truncated",
+                a.RequeueTruncatedRequest(False)),
+    "requeue with loops": (data.with_insight, ["U"], "requeue-truncated",
+                           a.RequeueTruncatedRequest(True)),
+    "resume": (data.paused_by_quality, ["p"], "resume", a.ResumeRequest()),
+    "reset": (data.with_failed_server, ["down"] * 5 + ["f"], "reset", a.ResetRequest("gpu5")),
+    "pause": (data.healthy, ["p"], "pause", a.PauseRequest("paused by operator")),
+    "max tokens": (data.healthy, ["m"], "max-tokens", a.MaxTokensRequest(8192, True)),
+    "max tokens, continue": (data.continuable, ["m"], "max-tokens",
+                             a.MaxTokensRequest(8192, continue_truncated=True)),
 }
 
 
@@ -51,7 +56,8 @@ async def test_enter_retunes_with_the_typed_flags() -> None:
         await pilot.press("t")
         app.screen.query_one("#flags", Input).value = "max-running-requests=48"
         await pilot.press("enter")
-        assert (await until_called(pilot, d, "retune"))[1][0] == {"max-running-requests": 48}
+        assert (await until_called(pilot, d, "retune"))[1].flags == (
+            a.FlagSetting("max-running-requests", 48),)
 
 
 @pytest.mark.parametrize("name", list(DIALOGS))

@@ -10,7 +10,6 @@ from dataclasses import replace
 from textual.widgets import Input
 
 from supervisor.contract.status import Status, Waste, WasteCount
-
 from tests.fixtures import tui_status_data as data
 from tests.fixtures.fake_daemon_client import FakeDaemon
 from tests.fixtures.tui_pilot import NARROW, STILL, WIDE, node, settled, until_called
@@ -79,7 +78,7 @@ async def test_enter_opens_the_node_and_its_keys_act_on_it_alone() -> None:
         await pilot.press("p")
         app.screen.query_one("#reason", Input).value = "maintenance"
         await pilot.press("enter")
-        assert (await until_called(pilot, daemons[0], "pause"))[1] == "maintenance"
+        assert (await until_called(pilot, daemons[0], "pause"))[1].reason == "maintenance"
         assert not [c for c, _ in daemons[1].calls if c != "status"]
         await pilot.press("escape")
         await settled(pilot)

@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Checkbox, Input
+from textual.widgets import Checkbox, Input, RadioButton
 
+from supervisor.contract import actions as a
 from tests.fixtures import tui_status_data as data
 from tests.fixtures.fake_daemon_client import FakeDaemon
 from tests.fixtures.tui_pilot import until_called
@@ -49,8 +50,8 @@ async def test_max_tokens_dialog_sends_value_and_requeue() -> None:
         assert field.value == "8192"          # the current 4096, doubled
         field.value = "6000"
         await pilot.press("enter")
-        call = await until_called(pilot, d, "set_max_tokens")
-        assert call[1] == (6000, True)
+        call = await until_called(pilot, d, "max-tokens")
+        assert call[1] == a.MaxTokensRequest(6000, requeue_truncated=True)
         await pilot.pause(0.05)
         assert any("4,096 → 6,000" in m and "29,977" in m for m in notices(app))
 
@@ -65,11 +66,11 @@ async def test_max_tokens_without_requeue_and_bad_value() -> None:
         await pilot.press("enter")
         await pilot.pause(0.05)
         assert "not a whole number" in str(app.screen.query_one("#error").render())
-        assert not [c for c in d.calls if c[0] == "set_max_tokens"]
+        assert not [c for c in d.calls if c[0] == "max-tokens"]
         app.screen.query_one("#value", Input).value = "5000"
-        app.screen.query_one("#requeue", Checkbox).value = False
+        app.screen.query_one("#leave", RadioButton).value = True
         await pilot.press("enter")
-        assert (await until_called(pilot, d, "set_max_tokens"))[1] == (5000, False)
+        assert (await until_called(pilot, d, "max-tokens"))[1] == a.MaxTokensRequest(5000)
 
 
 async def test_escape_cancels_without_a_request() -> None:
@@ -96,7 +97,7 @@ async def test_restart_selected_server_after_confirm() -> None:
         assert isinstance(app.screen, ConfirmDialog)
         assert "gpu2" in app.screen.question
         await pilot.press("y")
-        assert (await until_called(pilot, d, "restart"))[1] == "gpu2"
+        assert (await until_called(pilot, d, "restart"))[1] == a.RestartRequest("gpu2")
         await pilot.pause(0.05)
         assert any("restarting gpu2" in m for m in notices(app))
 
@@ -107,11 +108,12 @@ async def test_rolling_restart_and_requeue() -> None:
     async with app.run_test(size=SIZE) as pilot:
         await ready(pilot)
         await pilot.press("R", "y")
-        assert (await until_called(pilot, d, "restart"))[1] is None
+        assert (await until_called(pilot, d, "restart"))[1] == a.RestartRequest(None)
         await pilot.press("u")
         assert isinstance(app.screen, ConfirmDialog) and "412 prompts" in app.screen.question
         await pilot.press("y")
-        assert (await until_called(pilot, d, "requeue_truncated"))[1] is False
+        sent = (await until_called(pilot, d, "requeue-truncated"))[1]
+        assert sent == a.RequeueTruncatedRequest(include_loops=False)
         await pilot.pause(0.05)
         assert any("412 truncated prompts back to pending" in m for m in notices(app))
 
@@ -125,7 +127,8 @@ async def test_requeue_with_loops_says_what_it_includes() -> None:
         assert isinstance(app.screen, ConfirmDialog)
         assert "looping included (9,114 caught looping so far)" in app.screen.question
         await pilot.press("y")
-        assert (await until_called(pilot, d, "requeue_truncated"))[1] is True
+        sent = (await until_called(pilot, d, "requeue-truncated"))[1]
+        assert sent == a.RequeueTruncatedRequest(include_loops=True)
 
 
 async def test_requeue_with_nothing_to_requeue_says_so_without_a_dialog() -> None:
@@ -138,7 +141,7 @@ async def test_requeue_with_nothing_to_requeue_says_so_without_a_dialog() -> Non
         await pilot.pause(0.05)
         assert isinstance(app.screen, MainScreen)
         assert any("Nothing to requeue" in m and "4,096" in m for m in notices(app))
-        assert not [c for c in d.calls if c[0] == "requeue_truncated"]
+        assert not [c for c in d.calls if c[0] == "requeue-truncated"]
 
 
 async def test_pause_then_resume_with_one_key() -> None:
@@ -149,7 +152,7 @@ async def test_pause_then_resume_with_one_key() -> None:
         await pilot.press("p")
         app.screen.query_one("#reason", Input).value = "checking shard 42"
         await pilot.press("enter")
-        assert (await until_called(pilot, d, "pause"))[1] == "checking shard 42"
+        assert (await until_called(pilot, d, "pause"))[1] == a.PauseRequest("checking shard 42")
         # The fake now reports the pause; the screen learns it from the next snapshot.
         app.status = d.status_now
         await pilot.pause(0.05)
@@ -176,7 +179,8 @@ async def test_retune_parses_flags_for_all_or_one() -> None:
         field.value = "--max-running-requests=48 mem-fraction-static=0.88"
         await pilot.press("enter")
         call = await until_called(pilot, d, "retune")
-        assert call[1] == ({"max-running-requests": 48, "mem-fraction-static": 0.88}, None, False)
+        assert call[1] == a.RetuneRequest((a.FlagSetting("max-running-requests", 48),
+                                          a.FlagSetting("mem-fraction-static", 0.88)))
         await pilot.press("down", "t")
         app.screen.query_one("#flags", Input).value = "cuda-graph-max-bs=160"
         app.screen.query_one("#only", Checkbox).value = True
@@ -186,7 +190,8 @@ async def test_retune_parses_flags_for_all_or_one() -> None:
             await pilot.pause(0.02)
             if len([c for c in d.calls if c[0] == "retune"]) == 2:
                 break
-        assert d.calls[-1] == ("retune", ({"cuda-graph-max-bs": 160}, "gpu1", True))
+        only = a.RetuneRequest((a.FlagSetting("cuda-graph-max-bs", 160),), "gpu1", add=True)
+        assert d.calls[-1] == ("retune", only)
 
 
 async def test_reset_only_on_a_failed_server() -> None:
@@ -200,11 +205,11 @@ async def test_reset_only_on_a_failed_server() -> None:
         await pilot.press(*["down"] * 5, "f")
         assert isinstance(app.screen, ConfirmDialog) and "gpu5" in app.screen.question
         await pilot.press("y")
-        assert (await until_called(pilot, d, "reset"))[1] == "gpu5"
+        assert (await until_called(pilot, d, "reset"))[1] == a.ResetRequest("gpu5")
 
 
 async def test_refusal_is_shown() -> None:
-    d = fake(refuse={"set_max_tokens": "max_tokens 40000 is not below the servers' "
+    d = fake(refuse={"max-tokens": "max_tokens 40000 is not below the servers' "
                                        "context length (32768)"})
     app = make_app(d)
     async with app.run_test(size=SIZE) as pilot:
@@ -212,7 +217,7 @@ async def test_refusal_is_shown() -> None:
         await pilot.press("m")
         app.screen.query_one("#value", Input).value = "40000"
         await pilot.press("enter")
-        await until_called(pilot, d, "set_max_tokens")
+        await until_called(pilot, d, "max-tokens")
         await pilot.pause(0.05)
         assert any(m.startswith("refused: max_tokens 40000 is not below") for m in notices(app))
 
@@ -224,7 +229,7 @@ async def test_log_screen_and_back() -> None:
         await ready(pilot)
         await pilot.press("down", "down", "down", "enter")
         assert isinstance(app.screen, ServerLogScreen) and app.screen.server == "gpu3"
-        assert (await until_called(pilot, d, "log"))[1] == "gpu3"
+        assert (await until_called(pilot, d, "log"))[1].server == "gpu3"
         await pilot.pause(0.05)
         assert "oom: CUDA out of memory" in app.screen.query_one("#log").lines
         await pilot.press("escape")

@@ -5,16 +5,17 @@ after the daemon restarts; and it never makes a blocking call on its event loop.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import anyio
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Checkbox, Input
+from textual.widgets import Input, RadioButton
 
 from supervisor.contract.status import ServerState, Status
 from tests.fixtures import control_daemon as daemon
+from tests.fixtures import waiting
 from tui.app import DflashTui, make_app
 from tui.client_protocol import connect
 from tui.screens.main_screen import MainScreen
@@ -46,11 +47,8 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[daemon.Daemon]:
 
 async def until(pilot: Pilot, check: Callable[[], object], what: str,
                 timeout_s: float = 20.0) -> None:
-    with anyio.move_on_after(timeout_s):
-        while not check():
-            await pilot.pause(0.05)
-        return
-    raise AssertionError(f"timed out waiting for {what}")
+    # The pilot's pause, not a bare sleep: the app handles its messages between two checks.
+    await waiting.until(check, what, timeout_s, pause=pilot.pause)
 
 
 def shown(app: DflashTui, widget: type) -> str:
@@ -74,7 +72,7 @@ async def test_max_tokens_and_requeue_reach_the_daemon_and_the_screen(d: daemon.
         old = app.status.max_tokens
         await pilot.press("m")
         app.screen.query_one("#value", Input).value = str(old + 256)
-        app.screen.query_one("#requeue", Checkbox).value = False
+        app.screen.query_one("#leave", RadioButton).value = True
         await pilot.press("enter")
         await until(pilot, lambda: app.status.max_tokens == old + 256, "the new max tokens")
         assert f"max tokens {old + 256:,}" in shown(app, JobProgress)
