@@ -5,7 +5,7 @@ from-scratch 64-token run of the same prompt -- where they differ the test print
 logprob gap at the first difference and fails unless it is a near tie (< 1e-3); the
 stitched text equals decoding the ids; every prompt is in the shards once.
 
-One real server, 12 prompts of at most 64 tokens (the tier's whole-job rules:
+One real server, 40 prompts of at most 64 tokens (the tier's whole-job rules:
 tests/fixtures/real_sglang.py)."""
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ WHY_NOT = whole_jobs_skipped()
 if WHY_NOT is not None:
     pytestmark.append(pytest.mark.skip(reason=f"real SGLang tier: {WHY_NOT}"))
 
-PROMPTS, OLD, NEW = 12, 32, 64
+PROMPTS, OLD, NEW = 40, 32, 64
 NEAR_TIE = 1e-3
 IDS = {"x-sglext-return-input-ids": "1", "x-sglext-return-output-ids": "1"}
 
