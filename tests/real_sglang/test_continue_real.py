@@ -28,7 +28,7 @@ from tests.fixtures.real_job import (assert_every_prompt_once, query, run_job, w
                                     wait_for)
 from tests.fixtures.real_sglang import (CPU_FLAGS, one_real_job_at_a_time, start_real_sglang,
                                        whole_jobs_skipped)
-from tests.real_sglang.test_daemon_real import CPU_ENV, real_config
+from tests.real_sglang.test_daemon_on_sglang import CPU_ENV, real_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(3000)]
 
