@@ -50,7 +50,10 @@ class ContinuableReader:
             try:
                 self.latest = await anyio.to_thread.run_sync(self._read)
             except sqlite3.Error as exc:
-                log.warning("continuable answers not read: %s (%s)", exc, getattr(exc, "sqlite_errorname", ""))
+                # Said once a refresh at most, however often the figures change meanwhile.
+                log.warning("continuable answers not read: %s", exc)
+                await anyio.sleep(self.refresh_s)
+                continue
             took = time.monotonic() - started
             await anyio.sleep(took * self.gap_factor)
             with anyio.move_on_after(max(0.0, self.refresh_s - took * (1 + self.gap_factor))):
@@ -64,8 +67,8 @@ class ContinuableReader:
         # tests/control/test_continue_truncated.py, and this one never did. (SQLite shares
         # one file's locks and shared memory among a process's connections; a read-only
         # descriptor is the likely odd one out.)
-        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None,
-                               timeout=30.0)
+        conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=rw", uri=True,
+                               check_same_thread=False, isolation_level=None, timeout=30.0)
         try:
             conn.execute("PRAGMA query_only = ON")
             return Store(sqlite_utils.Database(conn), self.path).continuable(EVERY_LIMIT)
