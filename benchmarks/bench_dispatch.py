@@ -44,15 +44,13 @@ from state.async_store import AsyncStore  # noqa: E402
 from state.records import ImportRow  # noqa: E402
 from state.store import Store  # noqa: E402
 from supervisor.config import parse_config  # noqa: E402
+from supervisor.demo.free_ports import free_port  # noqa: E402
 from supervisor.dispatch.dispatcher import Dispatcher  # noqa: E402
+from supervisor.servers.endpoint import Endpoint  # noqa: E402
 from supervisor.sglang.chat_request import request_body  # noqa: E402
 from supervisor.shards.keys import shard_key_for  # noqa: E402
-from supervisor.servers.endpoint import Endpoint  # noqa: E402
 from supervisor.shards.writer import ShardWriter  # noqa: E402
-from supervisor.demo.free_ports import free_port  # noqa: E402
 from supervisor.sim.launch import sim_argv, wait_healthy  # noqa: E402
-
-
 
 
 def cpu_s() -> float:

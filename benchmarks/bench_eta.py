@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_dispatch import start_sims, stop_sims  # noqa: E402
+from benchmarks.harness import read_db  # noqa: E402
 from state.async_store import AsyncStore  # noqa: E402
 from state.records import ImportRow  # noqa: E402
 from state.store import Store  # noqa: E402
@@ -41,7 +42,6 @@ from supervisor.dispatch.dispatcher import Dispatcher  # noqa: E402
 from supervisor.dispatch.length_eta import EtaEstimate  # noqa: E402
 from supervisor.dispatch.rate_window import eta_seconds  # noqa: E402
 from supervisor.servers.endpoint import Endpoint  # noqa: E402
-from benchmarks.harness import read_db  # noqa: E402
 
 MARKS = (0.02, 0.05, 0.10, 0.50)
 

@@ -45,13 +45,12 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from supervisor.demo.free_ports import free_port  # noqa: E402
 from supervisor.dispatch.stream_loop_watch import StreamLoopWatch  # noqa: E402
 from supervisor.sim.filler_text import count_prompt_tokens, filler  # noqa: E402
-from supervisor.sim.looping_text import (LoopPlan, loop_plan, loop_visible,  # noqa: E402
-                                         prompt_words)
-from supervisor.sim.output_plan import natural_length, plan_output, prompt_digest  # noqa: E402
-from supervisor.demo.free_ports import free_port  # noqa: E402
 from supervisor.sim.launch import kill_group, sim_argv, wait_healthy  # noqa: E402
+from supervisor.sim.looping_text import LoopPlan, loop_plan, loop_visible, prompt_words  # noqa: E402
+from supervisor.sim.output_plan import natural_length, plan_output, prompt_digest  # noqa: E402
 
 QUESTION_FILES = [ROOT / "tests" / "fixtures" / "prompts" / "chat_questions.jsonl",
                   *sorted((ROOT.parent / "shared" / "data").glob("*.jsonl"))]
@@ -103,7 +102,7 @@ def human_texts(extra: Path | None) -> list[tuple[str, str]]:
     qs = questions()
     texts = [(f"{name} question {i}", "\n\n".join(turns)) for i, (name, turns) in enumerate(qs)]
     doc, n = "", 0
-    for name, turns in qs:
+    for _name, turns in qs:
         doc += "\n\n".join(turns) + "\n\n"
         if len(doc) >= DOC_CHARS:
             texts.append((f"questions document {n}", doc))

@@ -30,11 +30,11 @@ import httpx
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.bench_dispatch import start_sims, stop_sims  # noqa: E402
+from benchmarks.harness import CHAT_QUESTIONS  # noqa: E402
 from supervisor.dispatch.loop_detector import is_loop  # noqa: E402
 from supervisor.sim.looping_text import loop_plan, loop_visible, prompt_words  # noqa: E402
 from supervisor.sim.output_plan import natural_length, prompt_digest  # noqa: E402
-from benchmarks.harness import CHAT_QUESTIONS  # noqa: E402
-from benchmarks.bench_dispatch import start_sims, stop_sims  # noqa: E402
 
 THINK = {"separate_reasoning": True, "chat_template_kwargs": {"enable_thinking": True}}
 CONCURRENCY = 16

@@ -27,10 +27,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from supervisor.config import Partition  # noqa: E402
 from supervisor.prompts.prompt_import import partition_of  # noqa: E402
-from supervisor.uploads.file_digest import file_sha256  # noqa: E402
 from supervisor.shards.keys import shard_key_for  # noqa: E402
 from supervisor.state_backup.keys import manifest_key  # noqa: E402
 from supervisor.state_backup.manifest import BackupManifest, ShardRecord  # noqa: E402
+from supervisor.uploads.file_digest import file_sha256  # noqa: E402
 
 PARTS = 3
 SHARD = 500

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 
 from supervisor.client.control_client import ControlClient, ControlUnreachable
-from supervisor.demo.prompts import write_demo_prompts
 from supervisor.demo.free_ports import free_base_port, free_port
+from supervisor.demo.prompts import write_demo_prompts
 
 ROOT = Path(__file__).resolve().parents[1]
 # Real chat questions (a JSONL file of prompts) for the benchmarks that want real text.

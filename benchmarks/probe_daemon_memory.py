@@ -19,7 +19,6 @@ import sqlite3
 import sys
 import tempfile
 import threading
-import time
 import tracemalloc
 from pathlib import Path
 

@@ -22,7 +22,8 @@ import inspect
 import queue
 import threading
 import weakref
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import anyio
 
@@ -37,7 +38,7 @@ class _Call:
     runs)."""
     __slots__ = ("fn", "ticket", "result", "error", "wake")
 
-    def __init__(self, fn: Callable[[], Any], wake: Callable[[], None]) -> None:
+    def __init__(self, fn: Callable[[], Any], wake: Callable[[], object]) -> None:
         self.fn = fn
         self.ticket = threading.Lock()
         self.result: Any = None
@@ -69,7 +70,8 @@ class AsyncStore:
 
     def _queue(self) -> queue.SimpleQueue[_Call | None]:
         if self._calls is None:
-            self._calls = calls = queue.SimpleQueue()
+            calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()
+            self._calls = calls
             threading.Thread(target=_serve, args=(calls,), name="state-store",
                              daemon=True).start()
             weakref.finalize(self, calls.put, None)
@@ -99,7 +101,7 @@ class AsyncStore:
             raise
         if call.error is not None:
             raise call.error
-        return call.result               # type: ignore[no-any-return]
+        return call.result
 
     async def close(self) -> None:
         """Close the store after every call queued before this one; the worker then ends."""

@@ -20,9 +20,10 @@ import logging
 import sqlite3
 import threading
 import time
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator, Self, Sequence
+from typing import Any, Self
 
 import sqlite_utils
 

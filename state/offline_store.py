@@ -5,9 +5,9 @@ line, the same for every such command."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
 
 from state.checked_open import StateDBError, open_checked
 from state.job_lock import JobLock, JobLocked

@@ -10,7 +10,8 @@ versions of one prompt, and never loses a line meanwhile).
 from __future__ import annotations
 
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from state.connection import StoreConnection, dumps
 from state.records import FAILED, PENDING, ImportRow

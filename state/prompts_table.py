@@ -4,16 +4,35 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import astuple, dataclass
-from typing import Sequence
 
 from state.connection import StoreConnection, dumps
 from state.crash_points import crash_point
-from state.records import (DONE, FAILED, IN_FLIGHT, PENDING, STATUSES, ClaimedPrompt, Done,
-                           Failed, ImportRow, InFlightClaim, Outcome, Requeue, Retry, StatusCounts,
-                           TruncationCounts)
-from state.token_ids_table import (continue_now, count_continued, stored_answers,
-                                   write_tokens)
+from state.records import (
+    DONE,
+    FAILED,
+    IN_FLIGHT,
+    PENDING,
+    STATUSES,
+    ClaimedPrompt,
+    Done,
+    Failed,
+    ImportRow,
+    InFlightClaim,
+    Outcome,
+    Requeue,
+    Retry,
+    StatusCounts,
+    TruncationCounts,
+)
+from state.token_ids_table import (
+    continue_now,
+    count_continued,
+    stored_answers,
+    truncated_to_pending,
+    write_tokens,
+)
 from state.waste_table import Wasted, insert_waste
 
 
@@ -168,11 +187,7 @@ class PromptsTable(StoreConnection):
         so the output never loses a line meanwhile. Degenerate loops stay unless
         `include_loops`: a looping model loops again, at twice the cost."""
         with self._tx() as conn:
-            n = conn.execute(
-                "UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
-                "WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
-                + ("" if include_loops else " AND coalesce(loop, 0) = 0"),
-                (below_max_tokens,)).rowcount
+            n = truncated_to_pending(conn, below_max_tokens, include_loops)
             self._move(conn, DONE, PENDING, n)
         return n
 
@@ -266,11 +281,11 @@ class PromptsTable(StoreConnection):
         """(status, attempts, error) of one prompt, or None if unknown."""
         rows = self._read("SELECT status, attempts, error FROM prompts WHERE id = ?",
                           (prompt_id,))
-        return tuple(rows[0]) if rows else None  # type: ignore[return-value]
+        return tuple(rows[0]) if rows else None
 
     def failed_prompts(self, limit: int = 100) -> list[tuple[str, int, str | None]]:
         """(id, attempts, error) of failed prompts, in import order."""
-        return [tuple(r) for r in self._read(  # type: ignore[misc]
+        return [tuple(r) for r in self._read(
             "SELECT id, attempts, error FROM prompts WHERE status = 'failed' "
             "ORDER BY rowid LIMIT ?", (limit,))]
 

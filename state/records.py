@@ -8,7 +8,7 @@ built from it is byte-for-byte the same every time it is rebuilt.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 PENDING = "pending"
 IN_FLIGHT = "in_flight"
@@ -106,7 +106,7 @@ class Requeue:
     id: str
 
 
-Outcome = Union[Done, Retry, Failed, Requeue]
+Outcome = Done | Retry | Failed | Requeue
 
 
 # -- out -------------------------------------------------------------------------------------

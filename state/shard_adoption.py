@@ -10,8 +10,8 @@ every field a line is built from, so the shard rebuilt from the DB has the same 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from state.records import ShardLine
 from state.store import Store

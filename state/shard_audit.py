@@ -11,12 +11,12 @@ with every prompt in it done exactly as its line says, so a lost DB loses no fin
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from state.connection import StoreConnection, dumps
 from supervisor.contract.event_kinds import EventKind
-
 
 
 @dataclass(frozen=True)

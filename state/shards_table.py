@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 from state.connection import StoreConnection
 from state.crash_points import crash_point
@@ -22,8 +23,8 @@ _IDS_JOIN = " LEFT JOIN answer_tokens t ON t.prompt_id = prompts.id"
 
 
 def _line(r: tuple) -> ShardLine:
-    return ShardLine(r[0], json.loads(r[1]), Completion(*r[2:8]), *r[8:13],
-                     loop=None if r[13] is None else bool(r[13]), continued_from=r[14],
+    return ShardLine(r[0], json.loads(r[1]), Completion(*r[2:8]), r[8], r[9], r[10],
+                     r[11], r[12], loop=None if r[13] is None else bool(r[13]), continued_from=r[14],
                      output_ids=unpack_ids(r[15]) if len(r) > 15 and r[15] is not None
                      else None)
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import sqlite3
 import sys
 from array import array
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 from state.connection import StoreConnection
 from state.records import DONE, PENDING, StoredAnswer, TokenIds
@@ -80,6 +80,18 @@ def write_tokens(conn: sqlite3.Connection, prompt_id: str, ids: TokenIds | None)
                   int(ids.in_reasoning), ids.parts))
 
 
+def truncated_to_pending(conn: sqlite3.Connection, below_max_tokens: int,
+                         include_loops: bool) -> int:
+    """Done answers cut off under `below_max_tokens` back to pending (loops only when
+    `include_loops`); the caller moves status_counts. Shared by a requeue from scratch and
+    a continue: which one it is, the marks on answer_tokens say."""
+    return int(conn.execute(
+        "UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
+        "WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
+        + ("" if include_loops else " AND coalesce(loop, 0) = 0"),
+        (below_max_tokens,)).rowcount)
+
+
 def continue_now(conn: sqlite3.Connection, prompt_id: str) -> None:
     """A just-recorded answer back to pending, to be continued from its ids (marked first:
     the requeue trigger then leaves its tokens out of the waste ledger)."""
@@ -132,11 +144,7 @@ class TokenIdsTable(StoreConnection):
                     "SELECT coalesce(sum(p.completion_tokens), 0) FROM prompts p "
                     "JOIN answer_tokens t ON t.prompt_id = p.id WHERE t.continuing = 1 "
                     "AND p.status = 'done'").fetchone()[0])
-            n = conn.execute(
-                f"UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
-                f"WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
-                + ("" if include_loops else " AND coalesce(loop, 0) = 0"),
-                (below_max_tokens,)).rowcount
+            n = truncated_to_pending(conn, below_max_tokens, include_loops)
             self._move(conn, DONE, PENDING, n)
         return ContinueCounts(continued=len(kept), from_scratch=n - len(kept),
                               tokens_kept=tokens)

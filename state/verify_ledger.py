@@ -10,9 +10,9 @@ a crash only loses the scratch file.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 # Small on purpose: the main file and each temporary b-tree of the GROUP BY queries get a
 # cache this size; at 32 MiB peak memory still grew from 100k to 1M lines, at 8 MiB it is

@@ -7,8 +7,8 @@ import inspect
 import os
 import signal
 import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import pytest
 from blockbuster import blockbuster_ctx
@@ -16,7 +16,6 @@ from blockbuster import blockbuster_ctx
 from supervisor.sim.launch import sim_argv, wait_healthy
 from tests.fixtures.ports import free_port, use_worker_block
 from tests.fixtures.sim_servers import SimServer
-
 
 WORKERS = 3
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from supervisor.contract.status import Event, ServerState, Status
 from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.status import Event, ServerState, Status
 from tui.formatting import one_line
 from tui.link_state import LinkState
 

@@ -2,9 +2,16 @@
 
 from __future__ import annotations
 
-from supervisor.contract.actions import (MaxTokensResult, PauseResult, RequeueResult, ResetResult,
-                                         RestartResult, ResumeResult, RetuneResult)
 from supervisor.client.text import si
+from supervisor.contract.actions import (
+    MaxTokensResult,
+    PauseResult,
+    RequeueResult,
+    ResetResult,
+    RestartResult,
+    ResumeResult,
+    RetuneResult,
+)
 from tui.flag_text import show_value
 
 

@@ -26,6 +26,7 @@ from tui.screens.help_screen import QUIT_ENDS_DEMO, QUIT_LEAVES_DAEMON
 from tui.screens.main_screen import MainScreen
 from tui.status_feed import FeedTiming, follow
 
+
 class DflashTui(App[None]):
     CSS_PATH = Path(__file__).with_name("dflash.tcss")
     TITLE = "dflash-tui"

@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from supervisor.contract.status import Event
-from supervisor.contract.event_kinds import EventKind
 from supervisor.client.text import duration
+from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.status import Event
 from tui.formatting import count, one_line
 
 

@@ -13,8 +13,8 @@ from textual.app import App
 from textual.binding import Binding
 from textual.reactive import reactive
 
-from supervisor.contract.status import Event, Status
 from supervisor.client.fleet_totals import NodeRow
+from supervisor.contract.status import Event, Status
 from tui.client_protocol import DaemonClient
 from tui.event_log import EventLog
 from tui.link_state import LinkState

@@ -8,13 +8,13 @@ the screen down rather than piling requests up on it.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import anyio
 
-from supervisor.contract.status import Event, Gap, Status
 from supervisor.client.control_client import ControlError, ControlRefused, ControlUnreachable
+from supervisor.contract.status import Event, Gap, Status
 from tui.client_protocol import DaemonClient
 from tui.link_state import LinkState
 

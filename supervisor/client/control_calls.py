@@ -14,16 +14,31 @@ not fit the contract).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import AsyncIterator, TypeVar
+from collections.abc import AsyncIterator
+from typing import TypeVar
 
 from supervisor.contract import api
-from supervisor.contract.actions import (FlagSetting, LogRequest, LogTail, MaxTokensRequest,
-                                         MaxTokensResult, PauseRequest, PauseResult,
-                                         RequeueFailedRequest, RequeueResult,
-                                         RequeueTruncatedRequest, ResetRequest, ResetResult,
-                                         RestartRequest, RestartResult, ResumeRequest,
-                                         ResumeResult, RetuneRequest, RetuneResult,
-                                         StatusRequest)
+from supervisor.contract.actions import (
+    FlagSetting,
+    LogRequest,
+    LogTail,
+    MaxTokensRequest,
+    MaxTokensResult,
+    PauseRequest,
+    PauseResult,
+    RequeueFailedRequest,
+    RequeueResult,
+    RequeueTruncatedRequest,
+    ResetRequest,
+    ResetResult,
+    RestartRequest,
+    RestartResult,
+    ResumeRequest,
+    ResumeResult,
+    RetuneRequest,
+    RetuneResult,
+    StatusRequest,
+)
 from supervisor.contract.status import FlagValue, Status, StreamItem
 
 Req = TypeVar("Req")

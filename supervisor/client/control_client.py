@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, AsyncGenerator, Callable, ContextManager, Iterator, TypeVar
+from collections.abc import AsyncGenerator, Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any, TypeVar
 
 import httpx
 from anyio.from_thread import BlockingPortal, start_blocking_portal
@@ -133,7 +135,7 @@ class AsyncControlClient(ControlCalls):
         try:
             return endpoint.result_from(response.json())
         except (ValueError, ContractError) as exc:
-            raise ControlProtocolError(f"{endpoint.path}: the daemon's answer does not fit the "
+            raise ControlProtocolError(f"{wire.path}: the daemon's answer does not fit the "
                                        f"contract: {exc}") from None
 
     async def events(self, since: int | None = None, *,
@@ -165,7 +167,7 @@ class ControlClient:
     as a context manager or call close()."""
 
     def __init__(self, socket: str | None = None, *, timeout_s: float = 10.0) -> None:
-        self._portal_cm: ContextManager[BlockingPortal] | None = start_blocking_portal(
+        self._portal_cm: AbstractContextManager[BlockingPortal] | None = start_blocking_portal(
             name="dflash-control-client")
         self._portal = self._portal_cm.__enter__()
         self._async = AsyncControlClient(socket, timeout_s=timeout_s)

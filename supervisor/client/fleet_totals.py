@@ -157,6 +157,10 @@ class FleetTotals:
         return self.answering + self.exited == self.nodes
 
 
+def _eta_seconds(row: NodeRow) -> float:
+    return (row.status.eta.seconds or 0.0) if row.status is not None else 0.0
+
+
 def _eta(rows: list[NodeRow]) -> tuple[float | None, str]:
     silent = [r.socket for r in rows if r.status is None]
     if silent:
@@ -167,7 +171,7 @@ def _eta(rows: list[NodeRow]) -> tuple[float | None, str]:
     unknown = [r for r in busy if r.status is not None and r.status.eta.seconds is None]
     if unknown:
         return None, f"unknown: partition {unknown[0].partition} has no rate yet"
-    slowest = max(busy, key=lambda r: r.status.eta.seconds or 0.0)  # type: ignore[union-attr]
+    slowest = max(busy, key=_eta_seconds)
     assert slowest.status is not None
     return slowest.status.eta.seconds, f"partition {slowest.partition} is the slowest"
 

@@ -25,7 +25,7 @@ import re
 import shlex
 import subprocess
 import sys
-from typing import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
 from supervisor.config.attach_urls import attach_targets

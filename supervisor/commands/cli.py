@@ -25,7 +25,7 @@ import importlib
 import os
 import select
 import sys
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 # name -> (the module whose main(argv) runs it, one line for --help)
 COMMANDS: dict[str, tuple[str, str]] = {

@@ -13,13 +13,18 @@ import argparse
 import dataclasses
 import json
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
-from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
-                                              ControlUnreachable)
+from supervisor.client.control_client import (
+    ControlClient,
+    ControlProtocolError,
+    ControlRefused,
+    ControlUnreachable,
+)
 from supervisor.client.exit_codes import EXIT_CODES, EXIT_OK, PROG, fail
-from supervisor.commands.status import socket_for
 from supervisor.client.text import result_text
+from supervisor.commands.status import socket_for
 from supervisor.contract.actions import FlagSetting, LogTail
 from supervisor.contract.api import ENDPOINTS, Endpoint
 from supervisor.contract.codec import dumps
@@ -44,13 +49,12 @@ def _flag_setting(pair: str) -> FlagSetting:
     return FlagSetting(name.lstrip("-"), _flag_value(value))
 
 
-def _request(endpoint: Endpoint[Any, Any], args: argparse.Namespace) -> Any:
+def request_of(endpoint: Endpoint[Any, Any], args: argparse.Namespace) -> Any:
     """The entry's request record from the subcommand's arguments of the same names."""
     given = vars(args)
     values = {f.name: given[f.name] for f in dataclasses.fields(endpoint.request)
               if f.name in given}
-    return endpoint.request(**{k: tuple(v) if isinstance(v, list) else v
-                               for k, v in values.items()})
+    return endpoint.request(**values)
 
 
 class _Words(argparse.Action):
@@ -59,6 +63,14 @@ class _Words(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
                  values: Any, option_string: str | None = None) -> None:
         setattr(namespace, self.dest, " ".join(values))
+
+
+class _Flags(argparse.Action):
+    """A flag given twice is sent once, with its last value."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        setattr(namespace, self.dest, tuple({f.name: f for f in values}.values()))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -91,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("restart", help="restart one server, or all one at a time")
     a.add_argument("server", nargs="?")
     a = sub.add_parser("retune", help="change server flags (rolling restart)")
-    a.add_argument("flags", nargs="+", type=_flag_setting, metavar="FLAG=VALUE",
+    a.add_argument("flags", nargs="+", type=_flag_setting, action=_Flags, metavar="FLAG=VALUE",
                    help="VALUE null removes a flag")
     a.add_argument("--server", help="only this server")
     a.add_argument("--add", action="store_true", help="allow flags the servers lack")
@@ -106,7 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     endpoint = _BY_NAME[args.action]
-    request = _request(endpoint, args)
+    request = request_of(endpoint, args)
     with ControlClient(socket_for(args.socket, args.state)) as client:
         try:
             answer = client.call(endpoint, request)

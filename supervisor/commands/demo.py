@@ -13,14 +13,19 @@ import argparse
 import logging
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from supervisor.config import ConfigError, JobConfig
-from supervisor.demo.config import (DEMO_TIME_SCALE, DEMO_TOKENS_PER_S, demo_config,
-                                    write_config_file)
-from supervisor.demo.progress import REDRAW, ProgressPrinter
+from supervisor.demo.config import (
+    DEMO_TIME_SCALE,
+    DEMO_TOKENS_PER_S,
+    demo_config,
+    write_config_file,
+)
 from supervisor.demo.free_ports import free_base_port, reusable_base_port
+from supervisor.demo.progress import REDRAW, ProgressPrinter
 
 log = logging.getLogger("supervisor.demo")
 

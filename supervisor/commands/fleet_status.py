@@ -13,14 +13,17 @@ import json
 import sys
 import time
 
-from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
-                                              ControlUnreachable)
+from supervisor.client.control_client import (
+    ControlClient,
+    ControlProtocolError,
+    ControlRefused,
+    ControlUnreachable,
+)
 from supervisor.client.exit_codes import EXIT_OK, EXIT_UNREACHABLE
-from supervisor.contract.codec import dumps
-from supervisor.contract.status import Waste
 from supervisor.client.fleet_totals import FleetTotals, NodeRow
 from supervisor.client.text import duration, si, waste_line
-
+from supervisor.contract.codec import dumps
+from supervisor.contract.status import Waste
 
 
 def poll(sockets: list[str], timeout_s: float = 5.0) -> list[NodeRow]:

@@ -7,7 +7,7 @@ import argparse
 import functools
 import logging
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from supervisor.config import ConfigError
 

@@ -18,12 +18,18 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from supervisor.servers.exit_classifier import OOM_KILL_LINE
-from supervisor.servers.unit_spec import (SpecError, UnitExit, UnitSpec, exit_path, read_spec,
-                                          write_exit)
+from supervisor.servers.unit_spec import (
+    SpecError,
+    UnitExit,
+    UnitSpec,
+    exit_path,
+    read_spec,
+    write_exit,
+)
 
 # systemd sets these for the server's own unit; the daemon's values (copied into the spec with
 # the rest of its environment) would name the daemon's invocation, journal stream and

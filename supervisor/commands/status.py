@@ -9,11 +9,16 @@ import json
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
-from supervisor.client.control_client import (ControlClient, ControlProtocolError, ControlRefused,
-                                              ControlUnreachable, default_socket_path)
+from supervisor.client.control_client import (
+    ControlClient,
+    ControlProtocolError,
+    ControlRefused,
+    ControlUnreachable,
+    default_socket_path,
+)
 from supervisor.client.exit_codes import EXIT_OK, EXIT_USAGE, PROG, fail
 from supervisor.client.text import report
 
@@ -98,7 +103,8 @@ def _status_once(client: ControlClient, path: str, args: argparse.Namespace) -> 
 
 def _offline(args: argparse.Namespace, why: str) -> int:
     from state.checked_open import StateDBError
-    from supervisor.commands.offline_status import main as offline_main, summary_json
+    from supervisor.commands.offline_status import main as offline_main
+    from supervisor.commands.offline_status import summary_json
 
     if args.json:
         try:

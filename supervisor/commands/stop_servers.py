@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import subprocess
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 # Only the standard library and unit_job: this runs at every stop and restart of the daemon's
 # unit (its ExecStopPost), and importing the servers' package would add a second or so.

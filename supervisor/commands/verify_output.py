@@ -13,8 +13,9 @@ import argparse
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence, TextIO
+from typing import TextIO
 
 from supervisor.config import UploadsSection
 from supervisor.output_verify.scan import OutputVerifier, Progress

@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 EXIT_CLEAN, EXIT_NOT_CLEAN, EXIT_ERROR = 0, 1, 2
 
@@ -38,8 +38,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     from state.checked_open import StateDBError, open_checked
-    from state.settings_keys import Setting
     from state.job_lock import JobLock, JobLocked
+    from state.settings_keys import Setting
     from supervisor.shards.verify import send_back, verify_output
     from supervisor.uploads.wiring import build_sink, config_for_output
 

@@ -10,10 +10,19 @@ those modules' public ones.
 
 from supervisor.config.checks import NCCL_PORTS, check_gpus_exist, load_warnings
 from supervisor.config.load import load_config, parse_config, with_flags
-from supervisor.config.sections import (BackupSection, ConfigError, ControlSection,
-                                        DispatchSection, GenerationSection, JobConfig,
-                                        JobSection, Partition, QualitySection, ServersSection,
-                                        UploadsSection)
+from supervisor.config.sections import (
+                                        BackupSection,
+                                        ConfigError,
+                                        ControlSection,
+                                        DispatchSection,
+                                        GenerationSection,
+                                        JobConfig,
+                                        JobSection,
+                                        Partition,
+                                        QualitySection,
+                                        ServersSection,
+                                        UploadsSection,
+)
 
 __all__ = ["NCCL_PORTS", "BackupSection", "ConfigError", "ControlSection", "DispatchSection",
            "GenerationSection", "JobConfig", "JobSection", "Partition", "QualitySection",

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from supervisor.config.host_names import host_problem
 from supervisor.config.sections import ConfigError
 
 
@@ -20,8 +21,6 @@ class AttachTarget:
 
 def parse_attach_url(index: int, url: object) -> AttachTarget:
     """The entry `servers.attach[index]`, or ConfigError naming it and what is wrong."""
-    from supervisor.config.checks import host_problem
-
     where = f"servers.attach[{index}]"
     example = "e.g. \"http://node7:30000\""
     if not isinstance(url, str) or not url.strip():

@@ -4,8 +4,9 @@ type, the key's dotted path in each refusal."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import fields
-from typing import Any, Mapping
+from typing import Any
 
 from supervisor.config.sections import ConfigError, Partition
 

@@ -20,8 +20,9 @@ announced to subscribers, synchronously, after the change is in place.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from supervisor.config.load import with_flags
 from supervisor.config.sections import ConfigError, JobConfig, ServersSection

@@ -6,11 +6,12 @@ from __future__ import annotations
 import logging
 import os
 import tomllib
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
-from supervisor.config.checks import validate, load_warnings
+from supervisor.config.checks import load_warnings, validate
 from supervisor.config.coerce import build_section, coerce_flags, owners_of
 from supervisor.config.sections import SECTIONS, ConfigError, JobConfig, JobSection, Partition
 

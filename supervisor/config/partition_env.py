@@ -14,8 +14,8 @@ every node generate the whole prompt file.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 COUNT_ENV = "DFLASH_PARTITION_COUNT"
 

@@ -9,9 +9,10 @@ import argparse
 import inspect
 import re
 import sys
+from collections.abc import Mapping
 from dataclasses import MISSING, Field, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from supervisor.config.sections import SECTIONS
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass
 from supervisor.contract.codec import Record
 from supervisor.contract.status import FlagValue, PauseReason, ServerState
 
-
 # -- reads ---------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

@@ -24,28 +24,47 @@ To add an action (e.g. `tune-start`):
 2. The daemon: an `async def tune_start(self, req, caller)` on control/actions.Actions
    (the name's dashes as underscores) that returns the result record or raises
    Refused(status, one line) with a status listed in `errors`.
-3. Where a person sees it: a `ctl` subcommand (commands/ctl.py) and/or a TUI key, and a
-   line in client/text.result_text. Callers use `client.call(TUNE_START, TuneStartRequest(..))`,
-   or add a one-line typed shortcut to client/control_calls.ControlCalls.
+3. Where a person sees it: a `ctl` subcommand of the same name whose arguments are named
+   after the request's fields (commands/ctl.py builds the record from them) and/or a TUI
+   key, and a line in client/text.result_text. Code calls it as
+   `client.call(TUNE_START, TuneStartRequest(...))`, or through a one-line typed shortcut
+   added to client/control_calls.ControlCalls.
+Tests: tests/control/test_api_table.py wants one example request per entry (it names the
+entry that lacks one) and sends it to a real daemon; the TUI's fake
+(tests/fixtures/fake_daemon_client.py) needs an `answer_<name>` once a TUI test sends it.
 Reads that stream (`/v1/events`, NDJSON) and `/metrics` (Prometheus text) are not records
 and stay outside the table.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Mapping, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import quote
 
-from supervisor.contract.actions import (LogRequest, LogTail, MaxTokensRequest, MaxTokensResult,
-                                         PauseRequest, PauseResult, RequeueFailedRequest,
-                                         RequeueResult, RequeueTruncatedRequest, ResetRequest,
-                                         ResetResult, RestartRequest, RestartResult,
-                                         ResumeRequest, ResumeResult, RetuneRequest,
-                                         RetuneResult, StatusRequest)
+from supervisor.contract.actions import (
+    LogRequest,
+    LogTail,
+    MaxTokensRequest,
+    MaxTokensResult,
+    PauseRequest,
+    PauseResult,
+    RequeueFailedRequest,
+    RequeueResult,
+    RequeueTruncatedRequest,
+    ResetRequest,
+    ResetResult,
+    RestartRequest,
+    RestartResult,
+    ResumeRequest,
+    ResumeResult,
+    RetuneRequest,
+    RetuneResult,
+    StatusRequest,
+)
 from supervisor.contract.codec import ContractError, from_plain, to_plain
 from supervisor.contract.status import Status
 
@@ -84,7 +103,7 @@ class Endpoint(Generic[Req, Res]):
             raise ValueError(f"{self.name}: method {self.method!r} is not GET or POST")
         if not self.path.startswith("/v1/"):
             raise ValueError(f"{self.name}: path {self.path!r} is not versioned (/v1/...)")
-        names = {f.name for f in dataclasses.fields(self.request)}  # type: ignore[arg-type]
+        names = set(getattr(self.request, "__dataclass_fields__", ()))
         missing = [f for f in self.path_fields if f not in names]
         if missing:
             raise ValueError(f"{self.name}: {self.request.__name__} has no field "

@@ -66,7 +66,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             raise ContractError(f"{where}: expected a list, got {_kind(value)}")
         item = args[0]
         return tuple(_convert(item, v, f"{where}[{i}]") for i, v in enumerate(value))
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _record(tp, value, where)
     if isinstance(tp, type) and issubclass(tp, enum.Enum):
         try:

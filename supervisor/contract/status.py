@@ -443,7 +443,7 @@ _STREAM_TYPES: dict[str, type] = {"status": Status, "event": Event, "gap": Gap}
 
 def stream_line(item: StreamItem) -> str:
     kind = {Status: "status", Event: "event", Gap: "gap"}[type(item)]
-    return '{"type":"%s","data":%s}\n' % (kind, dumps(item))
+    return f'{{"type":"{kind}","data":{dumps(item)}}}\n'
 
 
 def parse_stream_line(line: str | bytes) -> StreamItem:

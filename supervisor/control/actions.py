@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Awaitable, Callable, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
@@ -22,21 +23,35 @@ from state.store import Store
 from supervisor.config import ConfigError
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract import status as c
-from supervisor.contract.actions import (FlagChange, LogRequest, LogTail, MaxTokensRequest,
-                                         MaxTokensResult, PauseRequest, PauseResult,
-                                         RequeueFailedRequest, RequeueResult,
-                                         RequeueTruncatedRequest, ResetRequest, ResetResult,
-                                         RestartRequest, RestartResult, ResumeRequest,
-                                         ResumeResult, RetuneRequest, RetuneResult)
+from supervisor.contract.actions import (
+    FlagChange,
+    LogRequest,
+    LogTail,
+    MaxTokensRequest,
+    MaxTokensResult,
+    PauseRequest,
+    PauseResult,
+    RequeueFailedRequest,
+    RequeueResult,
+    RequeueTruncatedRequest,
+    ResetRequest,
+    ResetResult,
+    RestartRequest,
+    RestartResult,
+    ResumeRequest,
+    ResumeResult,
+    RetuneRequest,
+    RetuneResult,
+)
 from supervisor.contract.codec import to_plain
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import LIFTABLE, PauseSource
 from supervisor.contract.status import flag_value
 from supervisor.control.peer import actor_of
 from supervisor.dispatch.dispatcher import Dispatcher
-from supervisor.sglang.continuation import inexact_sampling
 from supervisor.servers.attached_server import AttachedServer, refusal
 from supervisor.servers.fleet import Fleet, RollBusy, RollingResult, RollTicket
+from supervisor.sglang.continuation import inexact_sampling
 
 log = logging.getLogger("supervisor.control")
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -143,7 +144,10 @@ def build_app(hub: Hub, actions: Actions, causes: RestartCauses) -> ASGIApp:
                                  headers={"cache-control": "no-store"})
 
     def answer(endpoint: Endpoint[Any, Any]) -> Handler:
-        act = getattr(actions, endpoint.handler)
+        act = getattr(actions, endpoint.handler, None)
+        if act is None:
+            raise TypeError(f"control: the API's entry {endpoint.name!r} has no Actions method "
+                            f"{endpoint.handler}()")
         declared = set(endpoint.errors) | set(BODY_ERRORS)
 
         async def handle(request: Request) -> Response:

@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Awaitable, Callable
 
 import anyio
 

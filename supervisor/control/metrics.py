@@ -10,14 +10,14 @@ state DB.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from supervisor.contract.event_kinds import EventKind
 from supervisor.contract import status as c
+from supervisor.contract.event_kinds import EventKind
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

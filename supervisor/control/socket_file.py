@@ -106,7 +106,7 @@ def probe(path: Path, timeout_s: float = 2.0) -> int | None:
             s.connect(target)
         except (FileNotFoundError, ConnectionRefusedError):
             return None
-        except socket.timeout:
+        except TimeoutError:
             # A full backlog: someone listens but is too busy to accept. Live all the same.
             return 0
         return peer_pid(s) or 0

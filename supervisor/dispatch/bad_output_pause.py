@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
 from state.records import Completion
 from supervisor.contract.pause_sources import PauseSource

@@ -7,7 +7,7 @@ snapshot, /metrics and the fleet's watchdogs. One object, so a reader never hold
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 from supervisor.dispatch.dispatch_snapshot import ServerProgress, StreamFigures
 from supervisor.dispatch.length_eta import LengthEta

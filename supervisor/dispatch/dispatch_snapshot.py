@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from supervisor.dispatch.error_breaker import BreakerSnapshot
-from supervisor.dispatch.rate_window import CompletionRateWindow, RateSnapshot
 from supervisor.dispatch.quality import QualitySnapshot
+from supervisor.dispatch.rate_window import CompletionRateWindow, RateSnapshot
 
 
 @dataclass

@@ -14,31 +14,30 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator, Callable
+from typing import Any
 
 import anyio
 import anyio.abc
 
-from state.records import Retry
-from state.token_ids_table import ContinueCounts
 from state.async_store import AsyncStore
+from state.records import Retry
 from state.settings_keys import Setting
 from state.store import Store
+from state.token_ids_table import ContinueCounts
 from supervisor.config import JobConfig
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import PauseSource
 from supervisor.dispatch.bad_output_pause import BadOutputPause
 from supervisor.dispatch.dispatch_figures import DispatchFigures
-from supervisor.dispatch.dispatch_snapshot import (DispatchSnapshot, InFlightRequest,
-                                                   ServerProgress)
+from supervisor.dispatch.dispatch_snapshot import DispatchSnapshot, InFlightRequest, ServerProgress
 from supervisor.dispatch.error_breaker import ErrorBreaker
 from supervisor.dispatch.event_fold import EventFold
 from supervisor.dispatch.feeding import Feeding
 from supervisor.dispatch.length_eta import LengthEta
 from supervisor.dispatch.output_lengths import LengthWindow
-from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.dispatch.pauses import Pauses
 from supervisor.dispatch.quality import QualityGate
 from supervisor.dispatch.rate_window import CompletionRateWindow
@@ -46,6 +45,7 @@ from supervisor.dispatch.recorder import Recorder
 from supervisor.dispatch.request_path import GONE_GRACE_S, RequestPath
 from supervisor.dispatch.stall_watch import StallWindow
 from supervisor.servers.endpoint import Endpoint
+from supervisor.servers.inflight_limit import InFlightLimit
 
 log = logging.getLogger("supervisor.dispatch")
 

@@ -12,21 +12,21 @@ death is not the prompt's fault.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 import aiohttp
 import anyio
 import httpx
 
-from state.records import ClaimedPrompt, Outcome, Requeue
 from state.async_store import AsyncStore
+from state.records import ClaimedPrompt, Outcome, Requeue
 from state.store import Store
 from state.waste_table import Wasted
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.waste_causes import WasteCause
 from supervisor.dispatch.dispatch_figures import DispatchFigures
-from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.dispatch.pauses import Pauses
 from supervisor.dispatch.recorder import Recorder
 from supervisor.dispatch.request_path import RequestPath
@@ -36,6 +36,7 @@ from supervisor.dispatch.stream_deadlines import StreamDeadlines
 from supervisor.dispatch.stream_request import abort_stream
 from supervisor.dispatch.worker_client import worker_client
 from supervisor.servers.endpoint import Endpoint
+from supervisor.servers.inflight_limit import InFlightLimit
 
 log = logging.getLogger("supervisor.dispatch")
 

@@ -26,8 +26,9 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Hashable, Mapping
+from typing import Any
 
 from supervisor.dispatch.token_survival import HIGH, LOW, POINT, TokenSurvival
 
@@ -232,7 +233,7 @@ class LengthEta:
         to_start = fresh + sum(floors.values())
         # Output tok/s with every slot busy: each answer costs its tokens plus the overhead.
         tok_s = slots * per_req * m.mean / (m.mean + overhead * per_req) if m.mean > 0 else 0.0
-        base = {"expected_tokens": m.mean, "remaining_tokens": point,
+        base: dict[str, Any] = {"expected_tokens": m.mean, "remaining_tokens": point,
                 "decode_tok_per_s": per_req, "observed": events + cut,
                 "censored": cut + len(running)}
         if point <= 0:

@@ -10,10 +10,10 @@ the old window, full of what tripped it, would trip it again at the next answer)
 from __future__ import annotations
 
 import logging
-from typing import Callable
+from collections.abc import Callable
 
-from state.settings_keys import Setting
 from state.async_store import AsyncStore
+from state.settings_keys import Setting
 from state.store import Store
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import PauseSource

@@ -10,7 +10,8 @@ still atomic: a batch commits whole or not at all.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import anyio
 

@@ -13,15 +13,16 @@ own workers wait takes prompts from another server's buffer (never one already s
 from __future__ import annotations
 
 import logging
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 import anyio
 
 from state.records import ClaimedPrompt
-from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.dispatch.stream_deadlines import StreamDeadlines
 from supervisor.servers.endpoint import Endpoint
+from supervisor.servers.inflight_limit import InFlightLimit
 
 log = logging.getLogger("supervisor.dispatch")
 

@@ -31,10 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import anyio
 
@@ -77,7 +77,7 @@ class StreamDeadline:
 class StreamDeadlines:
     """`abort(rid)` asks the server to stop a request; `run()` is the sweeper's task."""
 
-    def __init__(self, abort: Callable[[str], Awaitable[object]], progress: Any = None,
+    def __init__(self, abort: Callable[[str], Coroutine[Any, Any, object]], progress: Any = None,
                  server_tokens_at: Callable[[], float | None] | None = None) -> None:
         self._abort = abort
         self._open: set[StreamDeadline] = set()

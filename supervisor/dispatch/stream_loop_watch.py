@@ -219,7 +219,6 @@ class _Part:
         self.tail = (self.tail + self.folder.fold(block))[-TAIL_CHARS:]
         self.raw = (self.raw + block)[-TAIL_CHARS:]
         tail = self.tail
-        n = len(tail)
         d = find_period(tail)
         if d:
             # An exact repetition that is a table or a rule is not tried as a near one.

@@ -19,8 +19,8 @@ Once the data reach the cap the three agree: nothing about the tail is guessed a
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 LOW, POINT, HIGH = "low", "point", "high"
 
@@ -161,7 +161,7 @@ class TokenSurvival:
 
     # -- the end of a job ---------------------------------------------------------------------
 
-    def drain_excess(self, slots: int, cap: float, steps: int = 128) -> float:
+    def drain_excess(self, slots: float, cap: float, steps: int = 128) -> float:
         """Tokens per slot by which the last answer outlasts the average one.
 
         While prompts are pending every slot decodes; once they run out, the job ends with

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 
 from supervisor.gpu.snapshot import GpuSnapshot, GpuTelemetry
 
@@ -61,10 +61,8 @@ class _Gpu:
     last_power_w: float | None = None
     joules: float = 0.0
     source: str = UNAVAILABLE
-    history: deque = None        # type: ignore[assignment]  # (time, joules) per sample
-
-    def __post_init__(self) -> None:
-        self.history = deque()
+    # (time, joules) per sample
+    history: deque[tuple[float, float]] = field(default_factory=deque)
 
 
 class EnergyMeter:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import replace
-from typing import Callable, Mapping
 
 from supervisor.gpu.snapshot import GpuProcess, GpuSnapshot, GpuTelemetry
 from supervisor.gpu.source import GpuSource

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Sequence
 from types import ModuleType
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, TypeVar
 
 from supervisor.gpu.snapshot import GpuProcess, GpuSnapshot, GpuTelemetry
 from supervisor.gpu.source import GpuSource

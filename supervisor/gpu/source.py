@@ -15,5 +15,5 @@ class GpuSource(ABC):
     def sample(self) -> GpuTelemetry:
         """Every GPU now; never raises for driver trouble (it becomes `unavailable`/None)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 - optional: most sources hold no driver
         """Release the driver; safe to call twice."""

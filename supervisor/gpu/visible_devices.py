@@ -15,7 +15,7 @@ Entries are kept as written: ordinals, full or shortened `GPU-` UUIDs, `MIG-` id
 from __future__ import annotations
 
 import os
-from typing import Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 VAR = "CUDA_VISIBLE_DEVICES"
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState

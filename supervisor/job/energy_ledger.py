@@ -5,7 +5,8 @@ far" is the job's, not this process's."""
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from state.async_store import AsyncStore
 from state.settings_keys import Setting

@@ -18,19 +18,22 @@ import logging
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any
 
 import anyio
 
 from state.async_store import AsyncStore
+from state.job_lock import JobLock, JobLocked
+from state.records import InFlightClaim
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.config.live_settings import LiveSettings
-from supervisor.control import socket_file
-from supervisor.contract.status import Status
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import PauseSource
+from supervisor.contract.status import Status
+from supervisor.control import socket_file
 from supervisor.control.server import ControlServer
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu import GpuSampler, GpuSource, NvmlSource
@@ -38,20 +41,17 @@ from supervisor.job.all_failed_alarm import AllFailedAlarm
 from supervisor.job.end_policy import end_reason
 from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.graceful_stop import GracefulStop
-from state.job_lock import JobLock, JobLocked
-from state.records import InFlightClaim
+from supervisor.job.notify import Notifier
 from supervisor.job.reload import reload_job
 from supervisor.job.status import JobStatus
 from supervisor.job.status_builder import StatusBuilder
 from supervisor.job.store_setup import JobError, open_job_store
 from supervisor.job.systemd_report import SystemdReport
-from supervisor.job.notify import Notifier
 from supervisor.job.unit_job import keep_servers_on_sigterm
 from supervisor.servers.fleet import Fleet, FleetOptions
-from supervisor.servers.launcher import choose_launcher
+from supervisor.servers.launcher_choice import choose_launcher
 from supervisor.shards import ShardLoop, ShardWriter, shard_key_for, spool_dir
-from supervisor.shards.verify import (UnknownOutput, check_output_at_start, send_back,
-                                       verify_output)
+from supervisor.shards.verify import UnknownOutput, check_output_at_start, send_back, verify_output
 from supervisor.state_backup.backup import StateBackup
 from supervisor.state_backup.node_state import NodeState
 from supervisor.state_backup.restore import RestoreRefused

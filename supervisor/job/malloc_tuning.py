@@ -39,7 +39,7 @@ def tune_malloc() -> bool:
     try:
         libc = ctypes.CDLL(name or "libc.so.6")
         mallopt = libc.mallopt
-        libc.gnu_get_libc_version      # glibc only: musl has a mallopt that does nothing
+        _ = libc.gnu_get_libc_version  # glibc only: musl has a mallopt that does nothing
     except (OSError, AttributeError):
         return False
     mallopt.argtypes = [ctypes.c_int, ctypes.c_int]

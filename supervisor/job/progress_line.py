@@ -10,7 +10,7 @@ req/s, bad share, ETA, servers and any alarm stay. Only a line that still does n
 
 from __future__ import annotations
 
-from supervisor.client.text import duration, truncation
+from supervisor.contract.figure_text import duration, truncation
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
 

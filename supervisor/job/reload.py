@@ -11,24 +11,24 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Callable, Protocol
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import anyio
 import anyio.abc
 
 from state.store import Store
-from supervisor.contract.event_kinds import EventKind
 from supervisor.config import ConfigError, JobConfig
 from supervisor.config.live_settings import LiveSettings
-from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused, load_for_reload
+from supervisor.contract.event_kinds import EventKind
 from supervisor.dispatch.dispatcher import Dispatcher
+from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused, load_for_reload
 from supervisor.job.systemd_report import SystemdReport
 from supervisor.servers.flag_gate import require_accepted_retune
 from supervisor.servers.fleet import Fleet, RollBusy, RollTicket
-from supervisor.uploads.disk_guard import DiskGuard
-from supervisor.uploads.uploader import Uploader
 from supervisor.uploads.backoff import Backoff
-from supervisor.uploads.disk_guard import RESUME_MARGIN
+from supervisor.uploads.disk_guard import RESUME_MARGIN, DiskGuard
+from supervisor.uploads.uploader import Uploader
 
 log = logging.getLogger("supervisor.job")
 MAX_TOKENS = "generation.max_tokens"

@@ -13,8 +13,9 @@ the job goes on with the config it has. Every changed key is then sorted into:
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, is_dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from supervisor.config import ConfigError, JobConfig
 

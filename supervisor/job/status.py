@@ -7,8 +7,8 @@ from dataclasses import dataclass
 
 from supervisor.dispatch.dispatcher import DispatchSnapshot
 from supervisor.dispatch.length_eta import EtaEstimate
-from supervisor.gpu.energy import EnergySnapshot
 from supervisor.dispatch.rate_window import eta_seconds
+from supervisor.gpu.energy import EnergySnapshot
 from supervisor.gpu.snapshot import GpuTelemetry
 from supervisor.servers.server_state import ServerSnapshot
 from supervisor.uploads.upload_status import UploadStatus

@@ -5,15 +5,16 @@ uploader and disk guard hold in memory; and the control socket's richer status o
 from __future__ import annotations
 
 import time
+
 from state.async_store import AsyncStore
 from state.status_reads import StatusFigures
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.contract.status import Status
-from supervisor.job.contract_status import build_status, continuation
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu.sampler import GpuSampler
 from supervisor.job.continuable_reader import ContinuableReader
+from supervisor.job.contract_status import build_status, continuation
 from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.graceful_stop import GracefulStop
 from supervisor.job.status import JobStatus

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from state.records import InFlightClaim
 from state.settings_keys import Setting

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import time
 
+from supervisor.job.notify import Notifier
 from supervisor.job.progress_line import progress_line
 from supervisor.job.status import JobStatus
-from supervisor.job.notify import Notifier
 
 
 class SystemdReport:

@@ -14,18 +14,18 @@ import hashlib
 import json
 import re
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Iterator
 
 from state.verify_ledger import VerifyLedger
-from supervisor.shards.keys import ShardKey, parse_shard_key
-from supervisor.state_backup.keys import is_state_key, manifest_key
+from supervisor.config import Partition
 from supervisor.output_verify.report import BadLine, ShardProblem, VerifyReport
 from supervisor.prompts.prompt_import import ImportSummary, partition_of, read_prompts
-from supervisor.uploads.file_digest import file_sha256
+from supervisor.shards.keys import ShardKey, parse_shard_key
+from supervisor.state_backup.keys import is_state_key, manifest_key
 from supervisor.state_backup.manifest import BackupManifest, ManifestError, ShardRecord
-from supervisor.config import Partition
+from supervisor.uploads.file_digest import file_sha256
 from supervisor.uploads.output_reader import OutputReader, StoredObject
 
 BATCH = 10_000
@@ -42,7 +42,7 @@ class Progress:
     bytes: int
 
 
-def _lines(chunks: Iterator[bytes], sha: "hashlib._Hash", md5: "hashlib._Hash"
+def _lines(chunks: Iterator[bytes], sha: hashlib._Hash, md5: hashlib._Hash
            ) -> Iterator[tuple[bytes, bool]]:
     """(line without its newline, whether it had one), hashing every byte on the way."""
     rest = b""

@@ -36,9 +36,10 @@ import hashlib
 import json
 import sys
 import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any
 
 from state.prompts_table import ImportRefusal
 from state.records import ImportRow

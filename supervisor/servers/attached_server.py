@@ -29,16 +29,16 @@ import anyio
 
 from supervisor.config import ServersSection
 from supervisor.config.attach_urls import AttachTarget
-from supervisor.servers.exit_classifier import Trigger
-from supervisor.sglang.health import NOT_LISTENING, probe
-from supervisor.servers.launch_command import ServerSpec
 from supervisor.config.live_settings import LiveSettings
+from supervisor.servers.exit_classifier import Trigger
+from supervisor.servers.launch_command import ServerSpec
 from supervisor.servers.managed_server import FleetContext, ManagedServer
+from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
-from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.server_state import ATTACHED_TRANSITIONS, ServerSnapshot, ServerState
 from supervisor.servers.watchers import Decision, Failure
+from supervisor.sglang.health import NOT_LISTENING, probe
 
 log = logging.getLogger("supervisor.servers")
 

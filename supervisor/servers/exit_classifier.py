@@ -36,9 +36,9 @@ from __future__ import annotations
 
 import re
 import signal
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Iterable, Sequence
 
 
 class ExitKind(StrEnum):

@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import logging
 import subprocess
-from typing import Iterable, Mapping
+from collections.abc import Iterable, Mapping
 
 import anyio
 

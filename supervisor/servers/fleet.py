@@ -16,9 +16,10 @@ import logging
 import random
 import secrets
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import httpx
@@ -28,20 +29,20 @@ from state.records import InFlightClaim
 from state.settings_keys import Setting
 from state.store import Store
 from supervisor.config import ConfigError, JobConfig
+from supervisor.config.attach_urls import attach_targets
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
-from supervisor.servers.flag_gate import require_accepted_retune
 from supervisor.servers.adoption import Action, judge
 from supervisor.servers.attached_server import AttachedServer, NotOurs, refusal
-from supervisor.config.attach_urls import attach_targets
+from supervisor.servers.flag_gate import require_accepted_retune
 from supervisor.servers.launch_command import build_specs, server_devices
-from supervisor.servers.launcher import Launcher, choose_launcher
+from supervisor.servers.launcher import Launcher
 from supervisor.servers.managed_server import Dispatching, FleetContext, ManagedServer
 from supervisor.servers.orphans import stop_orphan
+from supervisor.servers.process_launcher import ProcessLauncher
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ServerSnapshot, ServerState
-
 
 log = logging.getLogger("supervisor.servers")
 T = TypeVar("T")
@@ -61,7 +62,8 @@ class FleetOptions:
     startup_probe_s: float = 1.0
     kill_wait_s: float = 10.0
     cleanup_orphans: bool = True
-    # Who starts and stops the servers; default: the one `servers.launcher` names.
+    # Who starts and stops the servers. The job passes the one `servers.launcher` names
+    # (launcher_choice.py); a fleet of its own (a test, a tool) runs them as its children.
     launcher: Launcher | None = None
 
 
@@ -112,12 +114,7 @@ class Fleet:
         self._roll_ticket: RollTicket | None = None
         specs = build_specs(config.servers)
         targets = attach_targets(config.servers.attach)
-        launcher = o.launcher
-        if launcher is None:
-            try:
-                launcher = choose_launcher(config.servers.launcher, o.base_env)
-            except ValueError as exc:
-                raise ConfigError(str(exc)) from None
+        launcher = o.launcher if o.launcher is not None else ProcessLauncher()
         self.launcher = launcher
         self._ctx = FleetContext(
             store_call=self._store_call, dispatcher=dispatcher,
@@ -381,8 +378,9 @@ class Fleet:
         restart. Flags that are invalid, that would put a server's context length at or
         below the live max tokens (config/live_settings.py), or that the installed SGLang's
         parser refuses (asked here unless the caller just did) stop the roll before its
-        first server, with the reason in the result and in the retune's event: the roll runs after the operator got an answer, and the check can
-        take longer than a control call may wait (SGLang's import)."""
+        first server, with the reason in the result and in the retune's event: the roll runs
+        after the operator got an answer, and the check can take longer than a control call
+        may wait (SGLang's import)."""
         with self._holding(ticket, f"retune of {name}" if name else "rolling retune"):
             return await self._retune(flags, name, actor, flags_checked)
 

@@ -7,8 +7,9 @@ rather than hard-coded, because SGLang renames flags between releases.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.gpu.visible_devices import devices_for, visible_devices

@@ -25,25 +25,20 @@ code to collect: its handle's `exited` turns true when the leader is gone, and
 `returncode` stays None (the exit classifier then says the status is unknown and reads the
 log's last lines as usual).
 
-`servers.launcher` picks one: "process" (this daemon's children, each in its own session:
-they survive the daemon's death, not a stop of its cgroup), "systemd" (one unit per server,
-added beside this one), "auto" (systemd when the daemon runs as a systemd service and the
-template unit is installed, else process).
+`servers.launcher` picks one (launcher_choice.py): "process" (process_launcher.py),
+"systemd" (systemd_launcher.py) or "auto".
 """
 
 from __future__ import annotations
 
-import importlib
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Protocol
+from typing import Protocol
 
 from state.records import ServerProcess as ServerRecord
 from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.server_log import ServerLog
-
-LAUNCHERS = ("auto", "process", "systemd")
 
 # The template unit a systemd launcher starts as dflash-sglang@<server>.service.
 SYSTEMD_TEMPLATE = "dflash-sglang@.service"
@@ -83,40 +78,3 @@ def under_systemd(env: Mapping[str, str]) -> bool:
 
 def template_installed(dirs: tuple[str, ...] = _UNIT_DIRS) -> bool:
     return any(Path(d, SYSTEMD_TEMPLATE).exists() for d in dirs)
-
-
-# Launchers other than "process" register here from their own module, which is imported
-# only when the config may want it: `FACTORIES["systemd"] = SystemdLauncher` at the end of
-# supervisor/servers/systemd_launcher.py.
-FACTORIES: dict[str, Callable[[], Launcher]] = {}
-_MODULES = {"systemd": "supervisor.servers.systemd_launcher"}
-
-
-def _factory(kind: str) -> Callable[[], Launcher] | None:
-    module = _MODULES.get(kind)
-    if kind not in FACTORIES and module is not None:
-        try:
-            importlib.import_module(module)
-        except ModuleNotFoundError as exc:
-            if exc.name != module:
-                raise           # the launcher's own module is there but broken: say so
-    return FACTORIES.get(kind)
-
-
-def choose_launcher(setting: str, env: Mapping[str, str] | None = None) -> Launcher:
-    """The launcher `servers.launcher` names. "auto" takes systemd only where it can work
-    (a service, with the template installed, and the systemd launcher available)."""
-    from supervisor.servers.process_launcher import ProcessLauncher
-
-    env = os.environ if env is None else env
-    kind = setting
-    if setting == "auto":
-        kind = ("systemd" if under_systemd(env) and template_installed()
-                and _factory("systemd") is not None else "process")
-    if kind == "process":
-        return ProcessLauncher()
-    factory = _factory(kind)
-    if factory is None:
-        raise ValueError(f"servers.launcher = {setting!r}: no {kind} launcher in this build "
-                         f"(have: process{''.join(', ' + k for k in FACTORIES)})")
-    return factory()

@@ -17,42 +17,59 @@ all and the `finally` stops the process group.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 import anyio
 import httpx
 
 from state.records import InFlightClaim
 from state.store import Store
-from supervisor.client.text import duration
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.figure_text import duration
 from supervisor.servers.adoption import TOKEN_ENV
 from supervisor.servers.endpoint import Endpoint
-from supervisor.servers.exit_classifier import (ExitKind, ExitReason, Trigger, classify,
-                                                 describe_returncode)
+from supervisor.servers.exit_classifier import (
+    ExitKind,
+    ExitReason,
+    Trigger,
+    classify,
+    describe_returncode,
+)
 from supervisor.servers.hang_rule import HangRule, LifeProgress
-from supervisor.sglang.health import probe
-from supervisor.servers.saturation_watch import SaturationWatch
-from supervisor.servers.launch_command import (ServerSpec, build_argv, build_env,
-                                               max_running)
-from supervisor.servers.port_owner import (PortHolder, foreign_listener, port_holder,
-                                           served_by_group)
-from supervisor.servers.launcher import LaunchRequest, Launcher
+from supervisor.servers.launch_command import ServerSpec, build_argv, build_env, max_running
+from supervisor.servers.launcher import Launcher, LaunchRequest
 from supervisor.servers.left_in_flight import abort_left
-from supervisor.servers.unit_takeover import WHY as TAKEOVER_WHY, take_over
+from supervisor.servers.port_owner import PortHolder, foreign_listener, port_holder, served_by_group
 from supervisor.servers.process_group import ServerProcess
+from supervisor.servers.progress_reading import ProgressReader, ServerProgressView
 from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.saturation_watch import SaturationWatch
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_slots import server_slots
-from supervisor.servers.server_state import (ALLOWED_TRANSITIONS, ServerSnapshot, ServerState,
-                                             check_transition)
-from supervisor.servers.progress_reading import ProgressReader, ServerProgressView
+from supervisor.servers.server_state import (
+    ALLOWED_TRANSITIONS,
+    ServerSnapshot,
+    ServerState,
+    check_transition,
+)
 from supervisor.servers.sglang_monitor import SglangMonitor
-from supervisor.servers.watchers import (Decision, Failure, Request, has_exited, watch_exit,
-                                         watch_health, watch_progress, watch_requests)
+from supervisor.servers.unit_takeover import WHY as TAKEOVER_WHY
+from supervisor.servers.unit_takeover import take_over
+from supervisor.servers.watchers import (
+    Decision,
+    Failure,
+    Request,
+    has_exited,
+    watch_exit,
+    watch_health,
+    watch_progress,
+    watch_requests,
+)
+from supervisor.sglang.health import probe
 
 log = logging.getLogger("supervisor.servers")
 

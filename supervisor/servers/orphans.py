@@ -13,8 +13,9 @@ and the leader's create_time. Deciding what is still ours, with pid reuse in min
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 import psutil
 

@@ -7,7 +7,8 @@ completion rule's timeout derived from max tokens and the measured per-stream sp
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Protocol, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any, Protocol
 
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.servers.hang_rule import HANG_MARGIN, ProgressReading

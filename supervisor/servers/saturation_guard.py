@@ -16,9 +16,9 @@ Signs of saturation:
   `token_usage` is under `kv_full` -- below that SGLang has room, and a lower limit would
   only starve it;
 - SGLang retracts running requests (overcommit.py), or its `token_usage` is at `kv_full`:
-  the KV pool was full during decode, so the running count itself is too many; the limit goes one step down (or to what still
-  runs). The usage gauge is read after the retraction has freed the pool, so a retraction
-  is taken as a full pool whatever the gauge says;
+  the KV pool was full during decode, so the running count itself is too many; the limit
+  goes one step down (or to what still runs). The usage gauge is read after the retraction
+  has freed the pool, so a retraction is taken as a full pool whatever the gauge says;
 - a collapse of the speed per request: SGLang's `gen_throughput` divided by the requests we
   keep on it (at most the limit), under `collapse_ratio` of its recent peak at this limit
   for `collapse_polls` polls in a row, while we keep the server as busy as at the peak (a

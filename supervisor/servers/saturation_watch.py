@@ -10,7 +10,8 @@ starts a new guard at the server's max, so a restart resets the limit.
 from __future__ import annotations
 
 import logging
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import anyio
 

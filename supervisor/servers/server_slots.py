@@ -23,8 +23,12 @@ import httpx
 
 from supervisor.config import DispatchSection, ServersSection
 from supervisor.servers.launch_command import DEFAULT_MAX_RUNNING, max_running
-from supervisor.sglang.server_info import (SERVER_INFO_PATH, kv_bound, read_server_info,
-                                           slots_from_server_info)
+from supervisor.sglang.server_info import (
+    SERVER_INFO_PATH,
+    kv_bound,
+    read_server_info,
+    slots_from_server_info,
+)
 
 log = logging.getLogger("supervisor.servers")
 

@@ -19,17 +19,22 @@ server is queueing or retracting now (a silent request there is waiting, not stu
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
-from typing import Any, Awaitable, Callable, Sequence
+from typing import Any
 
 import anyio
 import httpx
 
 from supervisor.contract.event_kinds import EventKind
-from supervisor.servers.overcommit import (Observation, OvercommitChange, OvercommitDetector,
-                                           OvercommitPolicy)
-from supervisor.sglang.metrics import Scrape, SglangMetrics, metrics_enabled, scrape
+from supervisor.servers.overcommit import (
+    Observation,
+    OvercommitChange,
+    OvercommitDetector,
+    OvercommitPolicy,
+)
 from supervisor.servers.sglang_view import SglangView
+from supervisor.sglang.metrics import Scrape, SglangMetrics, metrics_enabled, scrape
 
 log = logging.getLogger("supervisor.servers")
 

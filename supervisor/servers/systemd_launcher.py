@@ -20,20 +20,18 @@ from __future__ import annotations
 
 import logging
 import os
-import shutil
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping
 
 import psutil
 
 from state.records import ServerProcess as ServerRecord
-from supervisor.servers.launcher import FACTORIES, LaunchRequest, template_installed
+from supervisor.servers.launcher import LaunchRequest
 from supervisor.servers.process_group import ServerProcess, leader_alive
 from supervisor.servers.systemctl import LaunchError, show, systemctl
-from supervisor.servers.unit_spec import (UnitSpec, exit_path, read_exit, spec_path,
-                                          write_spec)
+from supervisor.servers.unit_spec import UnitSpec, exit_path, read_exit, spec_path, write_spec
 
 log = logging.getLogger(__name__)
 
@@ -227,18 +225,3 @@ class SystemdLauncher:
                 return False
             time.sleep(self.poll_s)
 
-
-def _factory() -> SystemdLauncher:
-    """For launcher.choose_launcher ("auto" picks it only under systemd with the template
-    installed). `servers.launcher = "systemd"` where it cannot work is refused at start, one
-    line, rather than failing every server's start until each is FAILED."""
-    if shutil.which("systemctl") is None:
-        raise ValueError('servers.launcher = "systemd": no systemctl on this machine')
-    if not template_installed():
-        raise ValueError('servers.launcher = "systemd": systemd has no dflash-sglang@.service '
-                         "(install systemd/dflash-sglang@.service and "
-                         "50-dflash-supervisor.rules: docs/install.md)")
-    return SystemdLauncher.from_env(os.environ)
-
-
-FACTORIES["systemd"] = _factory

@@ -13,9 +13,10 @@ import json
 import os
 import signal
 import tempfile
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 # Bumped when a field changes meaning; serve-server refuses a version it does not know.
 SPEC_VERSION = 1

@@ -16,7 +16,7 @@ proven ours.
 from __future__ import annotations
 
 import logging
-from typing import Mapping
+from collections.abc import Mapping
 
 from supervisor.servers.adoption import Action, AdoptionVerdict, judge
 from supervisor.servers.launch_command import ServerSpec, server_devices

@@ -13,8 +13,9 @@ server, each ending the server's life by deciding why (the first decision wins).
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import anyio
 import httpx
@@ -22,8 +23,8 @@ import httpx
 from supervisor.config import ServersSection
 from supervisor.servers.exit_classifier import Trigger, describe_returncode
 from supervisor.servers.hang_rule import HangRule, ProgressReading
-from supervisor.sglang.health import probe
 from supervisor.servers.process_group import ServerProcess
+from supervisor.sglang.health import probe
 
 
 @dataclass(frozen=True)

@@ -29,9 +29,10 @@ get_default_sampling_params). `inexact_sampling` names what would.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from state.records import Completion, StoredAnswer, TokenIds
 

@@ -21,9 +21,9 @@ import json
 import os
 import shutil
 import subprocess
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 # The child's exit status when its interpreter cannot import SGLang at all.
 NOT_INSTALLED = 17

@@ -36,8 +36,8 @@ SGLang (abort.py says why).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 import anyio
 import httpx

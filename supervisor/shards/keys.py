@@ -8,9 +8,9 @@ a restore with the same spelling) and the local directory their files are writte
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from supervisor.config import JobConfig, Partition
 

@@ -6,7 +6,7 @@ time) and never two at once: the periodic loop and the final sync share one limi
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import anyio
 

@@ -19,9 +19,10 @@ import json
 import re
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from state.shard_audit import RestoredLine
 from state.store import Store

@@ -26,9 +26,10 @@ import hashlib
 import json
 import logging
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from state.crash_points import crash_point
 from state.records import Shard, ShardLine

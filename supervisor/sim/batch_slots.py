@@ -11,9 +11,9 @@ measured where the tokens are generated: decode_meter.py.)
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import AsyncIterator, Callable, Iterator
 
 import anyio
 

@@ -13,24 +13,28 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any, Callable
-
-import anyio
+from typing import Any
 
 from .batch_slots import Aborted, BatchSlots
-from .kv_pool import Seat
-from .decode_meter import DecodeMeter
-from .inflight import InFlight
-from .faults import FaultState
 from .chat_input import IdsWanted, InputError, ModelInput, ids_wanted, model_input
+from .decode_meter import DecodeMeter
+from .faults import FaultState
 from .filler_text import filler
+from .inflight import InFlight
+from .kv_pool import Seat
+from .looping_text import LoopPlan, list_text, loop_plan, looping_text, numbered_list, prompt_words
 from .options import SimOptions
-from .looping_text import (LoopPlan, list_text, loop_plan, looping_text, numbered_list,
-                           prompt_words)
-from .output_plan import (OutputPlan, is_empty, natural_length, plan_output, prompt_digest,
-                          text_offset)
+from .output_plan import (
+    OutputPlan,
+    is_empty,
+    natural_length,
+    plan_output,
+    prompt_digest,
+    text_offset,
+)
 from .reasoning_split import raw_output, split_reasoning, thinking_mode, usage
 from .toy_tokenizer import IM_END, encode_piece, pieces
 

@@ -17,8 +17,9 @@ The ids the request may ask back (`sglext`): the `x-sglext-return-input-ids: 1` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from .toy_tokenizer import TokenError, canonical_messages, decode_input, encode_prompt
 

@@ -39,13 +39,18 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, AsyncIterator
-
-import anyio
+from collections.abc import AsyncIterator
+from typing import Any
 
 from .batch_slots import Aborted
-from .chat_completion import (ERRORED, SCHEDULER_OOM_ABORT, ChatHandler, ChatRequest,
-                              Completion, error_body)
+from .chat_completion import (
+    ERRORED,
+    SCHEDULER_OOM_ABORT,
+    ChatHandler,
+    ChatRequest,
+    Completion,
+    error_body,
+)
 from .reasoning_split import usage
 
 STEP_TOKENS = 16

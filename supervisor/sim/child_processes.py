@@ -20,7 +20,7 @@ _CHILD_CODE = "import time\nwhile True:\n    time.sleep(3600)\n"
 def spawn_children(count: int, port: int) -> list[subprocess.Popen]:
     children = []
     for rank in range(count):
-        name = "sglang::scheduler_TP%d" % rank if rank < count - 1 or count == 1 \
+        name = f"sglang::scheduler_TP{rank}" if rank < count - 1 or count == 1 \
             else "sglang::detokenizer"
         children.append(subprocess.Popen(
             [sys.executable, "-c", _CHILD_CODE, name, f"port={port}"],

@@ -13,8 +13,8 @@ The gauge is measured as SGLang's scheduler measures it
 time since it (so the first tick after an idle spell, spread over it, reads low); held
 while nothing decodes, and read as 0 once no tick came for GEN_THROUGHPUT_STALENESS_SECONDS
 (30 s; `_current_gen_throughput`). Here a decode step is one token of every running request,
-and the tick happens when the gauge is read, at least 40 steps after the last one. Requests that hold a slot without decoding (stuck, stalled)
-generate nothing.
+and the tick happens when the gauge is read, at least 40 steps after the last one. Requests
+that hold a slot without decoding (stuck, stalled) generate nothing.
 """
 
 from __future__ import annotations

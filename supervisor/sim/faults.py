@@ -38,9 +38,9 @@ import signal
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from subprocess import Popen
-from typing import Callable
 
 from .child_processes import kill_children
 from .options import FAULTS

@@ -55,5 +55,5 @@ def filler(tokens: int, offset: int) -> str:
 def count_prompt_tokens(messages: list) -> int:
     """usage.prompt_tokens: the chat template's ids for the messages (toy_tokenizer.py): ~4
     characters a token plus 4 per message and 2 for the assistant's turn."""
-    from .toy_tokenizer import encode_prompt      # it reads this module's words
+    from .toy_tokenizer import encode_prompt  # it reads this module's words
     return len(encode_prompt(messages, thinking=True))

@@ -11,8 +11,9 @@ import asyncio
 import json
 import re
 import time
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -20,16 +21,16 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 
 from .batch_slots import BatchSlots
-from .decode_meter import DecodeMeter
 from .chat_completion import ERRORED, SCHEDULER_OOM_ABORT, BadRequest, ChatHandler, error_body
 from .chat_stream import stream_completion
-from .native_generate import abort_request, generate
-from .token_routes import detokenize_route, tokenize
+from .decode_meter import DecodeMeter
 from .faults import FaultState
+from .native_generate import abort_request, generate
 from .options import FAULTS, SimOptions
-from .retraction import Retraction
 from .prom_metrics import SchedulerSample, SimMetrics, metrics_asgi_app
+from .retraction import Retraction
 from .sim_log import log_err
+from .token_routes import detokenize_route, tokenize
 
 SGLANG_VERSION = "0.5.23 (simulated)"
 HEALTH_CHECK_MIN_S = 1.0

@@ -13,9 +13,9 @@ abort_request in `sglang/srt/managers/scheduler.py`):
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Callable, Iterator
 
 import anyio
 

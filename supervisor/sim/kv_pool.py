@@ -36,8 +36,8 @@ even when its budget is larger than the pool, so a test with a tiny pool cannot 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import anyio
 

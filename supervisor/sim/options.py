@@ -10,8 +10,9 @@ a config that cannot start SGLang cannot start the simulator either.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .sglang_parser import sglang_parser
 

@@ -21,8 +21,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 # Held for the process lifetime: the directory is removed when this object is collected,
 # exactly like SGLang's module-level TemporaryDirectory.

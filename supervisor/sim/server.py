@@ -13,8 +13,9 @@ Started faults follow what they mean for a real SGLang: `--sim-fault oom` with n
 the classic out-of-memory while allocating the KV pool (a --mem-fraction-static set too
 high), so it happens while loading; `crash` and `hang` with no trigger also strike while
 loading; `stall` means ready but nothing ever finishes; `collapse` ready but decoding slowly;
-`retract` is KV-pool pressure from the start. With --sim-fault-after-s or --sim-fault-after-requests the fault strikes mid-job
-instead, which is what a supervisor mostly has to survive.
+`retract` is KV-pool pressure from the start. With --sim-fault-after-s or
+--sim-fault-after-requests the fault strikes mid-job instead, which is what a supervisor
+mostly has to survive.
 """
 
 from __future__ import annotations
@@ -23,8 +24,9 @@ import asyncio
 import os
 import signal
 import time
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any, AsyncIterator
+from typing import Any
 
 import uvicorn
 

@@ -15,9 +15,9 @@ from __future__ import annotations
 import logging
 import sqlite3
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Awaitable, Callable
 
 import anyio
 

@@ -15,9 +15,9 @@ and the whole against the manifest's digest, and gets the copy back byte for byt
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from supervisor.config import Partition
 from supervisor.state_backup.keys import state_prefix

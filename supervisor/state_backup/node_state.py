@@ -18,11 +18,16 @@ from supervisor.config import JobConfig
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import PauseSource
-from supervisor.uploads.file_digest import file_sha256
 from supervisor.state_backup.backup import StateBackup
 from supervisor.state_backup.manifest import BackupManifest
-from supervisor.state_backup.restore import (NodeIdentity, RestoreRefused, adopt_uploaded,
-                                             check_siblings, restore_if_missing)
+from supervisor.state_backup.restore import (
+    NodeIdentity,
+    RestoreRefused,
+    adopt_uploaded,
+    check_siblings,
+    restore_if_missing,
+)
+from supervisor.uploads.file_digest import file_sha256
 from supervisor.uploads.local_sink import LocalDirSink
 from supervisor.uploads.output_reader import output_reader
 from supervisor.uploads.s3_client import S3Location

@@ -13,20 +13,20 @@ import hashlib
 import json
 import logging
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
+from state.db_copy import CopyError, inspect
 from state.records import Completion, ShardLine
 from state.shard_adoption import AdoptionError, UploadedShard, adopt_shard
-from state.db_copy import CopyError, inspect
 from state.store import Store
 from supervisor.config import Partition
-from supervisor.uploads.file_digest import file_sha256
 from supervisor.shards.keys import parse_shard_key, partition_dir
 from supervisor.state_backup.chunks import assemble, chunk_prefix
 from supervisor.state_backup.keys import MANIFEST_NAME, STATE_DIR, manifest_key
 from supervisor.state_backup.manifest import BackupManifest, ManifestError
+from supervisor.uploads.file_digest import file_sha256
 from supervisor.uploads.output_reader import OutputReader
 
 log = logging.getLogger("supervisor.backup")

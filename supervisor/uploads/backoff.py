@@ -8,8 +8,8 @@ nodes that failed together still spread out when it comes back.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)

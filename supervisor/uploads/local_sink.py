@@ -12,7 +12,13 @@ import hashlib
 from pathlib import Path
 
 from supervisor.uploads.local_files import check_file, list_shard_files, write_atomically
-from supervisor.uploads.sink import CorruptUploadError, Receipt, ShardBlob, Sink, TransientUploadError
+from supervisor.uploads.sink import (
+    CorruptUploadError,
+    Receipt,
+    ShardBlob,
+    Sink,
+    TransientUploadError,
+)
 
 
 class LocalDirSink(Sink):

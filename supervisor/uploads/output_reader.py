@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Any
 
 from supervisor.config import UploadsSection
 from supervisor.uploads.s3_client import LazyClient, S3Location
@@ -93,7 +94,7 @@ class S3Reader(OutputReader):
         return str(self.location)
 
     @property
-    def client(self):  # type: ignore[no-untyped-def]
+    def client(self) -> Any:         # a boto3 S3 client: untyped
         return self._client.get()
 
     def list(self, under: str = "") -> Iterator[StoredObject]:

@@ -26,8 +26,12 @@ DIGEST_CODES = frozenset({"BadDigest", "InvalidDigest", "XAmzContentSHA256Mismat
 
 def classify(exc: BaseException, what: str) -> Exception:
     """The uploader's error for a botocore/boto3 exception raised while doing `what`."""
-    from botocore.exceptions import (ClientError, NoCredentialsError, NoRegionError,
-                                     PartialCredentialsError)
+    from botocore.exceptions import (
+        ClientError,
+        NoCredentialsError,
+        NoRegionError,
+        PartialCredentialsError,
+    )
 
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return FatalUploadError(f"{what}: no usable AWS credentials ({exc}); set them in the "

@@ -21,8 +21,7 @@ from typing import Any
 from supervisor.config import UploadsSection
 from supervisor.uploads.s3_client import LazyClient, S3Location
 from supervisor.uploads.s3_errors import classify
-from supervisor.uploads.sink import (CorruptUploadError, Receipt, ShardBlob, Sink,
-                                     UploadError, b64)
+from supervisor.uploads.sink import CorruptUploadError, Receipt, ShardBlob, Sink, UploadError, b64
 
 log = logging.getLogger("supervisor.uploads")
 

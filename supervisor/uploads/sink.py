@@ -80,7 +80,7 @@ class Sink(ABC):
     def put(self, blob: ShardBlob) -> Receipt:
         """Upload and verify one shard (blocking; called from a worker thread)."""
 
-    def prepare(self, own_keys: set[str]) -> None:
+    def prepare(self, own_keys: set[str]) -> None:  # noqa: B027 - optional: few sinks leave debris
         """Once before the first put (blocking): clear what a killed daemon left behind.
         `own_keys` are this job's shard keys; a sink must not touch any other key."""
 

@@ -22,8 +22,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import anyio
 from anyio.abc import TaskGroup
@@ -33,8 +33,13 @@ from state.records import Shard
 from state.store import Store
 from supervisor.contract.event_kinds import EventKind
 from supervisor.uploads.backoff import Backoff
-from supervisor.uploads.sink import (CorruptUploadError, FatalUploadError, ShardBlob, Sink,
-                                     TransientUploadError)
+from supervisor.uploads.sink import (
+    CorruptUploadError,
+    FatalUploadError,
+    ShardBlob,
+    Sink,
+    TransientUploadError,
+)
 from supervisor.uploads.upload_status import UploadRateWindow, UploadStatus
 
 log = logging.getLogger("supervisor.uploads")

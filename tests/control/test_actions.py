@@ -7,14 +7,14 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from supervisor.contract.actions import ResetResult
-from supervisor.contract import status as c
 from supervisor.client.control_client import ControlRefused
+from supervisor.contract import status as c
+from supervisor.contract.actions import ResetResult
 from tests.fixtures import control_daemon as daemon
 
 pytestmark = pytest.mark.slow

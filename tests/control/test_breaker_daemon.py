@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.fixtures import control_daemon as daemon
 from tests.fixtures import REPO
+from tests.fixtures import control_daemon as daemon
 
 REFUSING_SERVER = REPO / "tests" / "fixtures" / "refusing_chat_server.py"
 

@@ -7,8 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.client.control_client import (AsyncControlClient, ControlClient, ControlRefused,
-                                       ControlUnreachable)
+from supervisor.client.control_client import (
+    AsyncControlClient,
+    ControlClient,
+    ControlRefused,
+    ControlUnreachable,
+)
 
 
 def test_no_socket_file(tmp_path: Path) -> None:

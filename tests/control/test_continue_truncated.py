@@ -10,16 +10,17 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 import pytest
 
+from state.token_ids_table import unpack_ids
 from supervisor.client.control_client import ControlRefused
 from tests.fixtures import control_daemon as daemon
 from tests.fixtures.state_db import read_db
-from state.token_ids_table import unpack_ids
 
 pytestmark = pytest.mark.slow
 
@@ -207,7 +208,7 @@ def test_requests_in_flight_at_the_raise_are_continued_when_they_end_truncated(
     with d.client() as client:
         result = client.set_max_tokens(NEW, continue_truncated=True)
     # Sent at the old limit before the raise, they end truncated after it: continued too.
-    _wait(d, f"SELECT count(*) FROM prompts WHERE continued_from IS NOT NULL",
+    _wait(d, "SELECT count(*) FROM prompts WHERE continued_from IS NOT NULL",
           lambda n: n >= 10, "continued answers")
     with d.client() as client:
         client.pause("look")

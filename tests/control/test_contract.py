@@ -10,12 +10,25 @@ import typing
 
 import pytest
 
-from supervisor.contract.actions import (ErrorBody, FlagChange, FlagSetting, LogTail,
-                                         MaxTokensRequest, MaxTokensResult, PauseRequest,
-                                         PauseResult, RequeueFailedRequest, RequeueResult,
-                                         ResetResult, RestartRequest, RestartResult, ResumeResult,
-                                         RetuneRequest, RetuneResult)
 from supervisor.contract import status as c
+from supervisor.contract.actions import (
+    ErrorBody,
+    FlagChange,
+    FlagSetting,
+    LogTail,
+    MaxTokensRequest,
+    MaxTokensResult,
+    PauseRequest,
+    PauseResult,
+    RequeueFailedRequest,
+    RequeueResult,
+    ResetResult,
+    RestartRequest,
+    RestartResult,
+    ResumeResult,
+    RetuneRequest,
+    RetuneResult,
+)
 from supervisor.contract.codec import ContractError
 from tests.fixtures import status_samples as samples
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 

@@ -10,7 +10,6 @@ from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.contract.status import Status, parse_stream_line
 from supervisor.control.hub import Hub
-
 from tests.fixtures import tui_status_data as data
 
 

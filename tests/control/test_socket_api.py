@@ -7,13 +7,13 @@ import dataclasses
 import json
 import socket
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from supervisor.contract import status as c
 from supervisor.client.control_client import ControlRefused
+from supervisor.contract import status as c
 from tests.fixtures import control_daemon as daemon
 
 pytestmark = pytest.mark.slow
@@ -37,7 +37,7 @@ def raw(d: daemon.Daemon, data: bytes, timeout_s: float = 5.0) -> bytes:
         while True:
             try:
                 chunk = s.recv(65536)
-            except (socket.timeout, ConnectionResetError):
+            except (TimeoutError, ConnectionResetError):
                 break
             if not chunk:
                 break

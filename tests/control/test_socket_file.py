@@ -13,13 +13,13 @@ import stat
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from tests.fixtures import control_daemon as daemon
 from tests.fixtures import REPO
+from tests.fixtures import control_daemon as daemon
 
 pytestmark = pytest.mark.slow
 

@@ -3,8 +3,8 @@
 
 from __future__ import annotations
 
-from supervisor.contract.status import Status
 from supervisor.client.text import report
+from supervisor.contract.status import Status
 from tests.fixtures.status_samples import status
 
 

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.fixtures.state_db import read_db
 
 pytestmark = pytest.mark.slow

@@ -5,9 +5,9 @@ and resume goes on."""
 from __future__ import annotations
 
 import json
-import time
 import subprocess
 import sys
+import time
 from typing import Any
 
 import anyio
@@ -16,12 +16,12 @@ import pytest
 
 from state.store import Store
 from supervisor.contract.pause_sources import PauseSource
-
-BREAKER = PauseSource.BREAKER
 from supervisor.servers.endpoint import Endpoint
 from tests.fixtures import REPO
 from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_store, wait_until
 from tests.fixtures.ports import free_port
+
+BREAKER = PauseSource.BREAKER
 
 REFUSING_SERVER = REPO / "tests" / "fixtures" / "refusing_chat_server.py"
 BREAKER_KEYS = {"breaker_window": 20, "breaker_min_samples": 10, "breaker_error_rate": 0.5}

@@ -10,10 +10,9 @@ import pytest
 
 from state.records import Completion, StoredAnswer, TokenIds
 from supervisor.config import GenerationSection
-from supervisor.sglang.chat_request import request_body
 from supervisor.dispatch.stream_answer import StreamAnswer
-from supervisor.sglang.continuation import (continuation_body, inexact_sampling, split_answer,
-                                            stitch)
+from supervisor.sglang.chat_request import request_body
+from supervisor.sglang.continuation import continuation_body, inexact_sampling, split_answer, stitch
 
 MESSAGES = [{"role": "user", "content": "why is the sky blue?"}]
 

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from pathlib import Path
 
 import anyio
 import pytest
 
 from state.store import Store
 from supervisor.servers.endpoint import Endpoint
-
 from tests.fixtures import REPO
+from tests.fixtures.dispatching import (
+    db_rows,
+    dispatching,
+    job_config,
+    open_store,
+    serve_until,
+    wait_until,
+)
 from tests.fixtures.ports import free_port
 from tests.fixtures.real_prompts import real_prompts
-from tests.fixtures.dispatching import (db_rows, dispatching, job_config, open_store, serve_until,
-                                        wait_until)
 
 ODD_SERVER = REPO / "tests" / "fixtures" / "odd_chat_server.py"
 

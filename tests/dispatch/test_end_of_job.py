@@ -8,7 +8,6 @@ import anyio
 
 from state.store import Store
 from supervisor.servers.endpoint import Endpoint
-
 from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_store, wait_until
 
 

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import anyio
 
+from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config.live_settings import LiveSettings
+from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.servers.endpoint import Endpoint
 from tests.fixtures.dispatching import db_rows, job_config, open_store, wait_until
-from state.async_store import AsyncStore
-from supervisor.dispatch.dispatcher import Dispatcher
 
 
 def _rows(n: int) -> list[dict]:

@@ -1,6 +1,13 @@
-from supervisor.dispatch.quality import (EMPTY_CONTENT, LOOP, MISSING_REASONING, THINK_MARKERS,
-                                         THINKING_TRUNCATED, TRUNCATED, QualityGate,
-                                         check_completion)
+from supervisor.dispatch.quality import (
+    EMPTY_CONTENT,
+    LOOP,
+    MISSING_REASONING,
+    THINK_MARKERS,
+    THINKING_TRUNCATED,
+    TRUNCATED,
+    QualityGate,
+    check_completion,
+)
 
 
 def test_good_completion_has_no_problems():

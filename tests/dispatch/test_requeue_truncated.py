@@ -8,10 +8,9 @@ import json
 import anyio
 
 from state.store import Store
-from supervisor.shards.keys import shard_key_for
 from supervisor.servers.endpoint import Endpoint
+from supervisor.shards.keys import shard_key_for
 from supervisor.shards.writer import ShardWriter
-
 from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_store, serve_until
 
 

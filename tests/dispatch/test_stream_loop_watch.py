@@ -12,11 +12,16 @@ import httpx
 import pytest
 
 from supervisor.dispatch.stream_loop_watch import (
-    CHECK_CHARS, MAX_HELD_DIGITS, NUMBER, TAIL_CHARS, LoopVerdict, NumberFolder,
-    StreamLoopWatch)
+    CHECK_CHARS,
+    MAX_HELD_DIGITS,
+    NUMBER,
+    TAIL_CHARS,
+    LoopVerdict,
+    NumberFolder,
+    StreamLoopWatch,
+)
 from supervisor.sim.filler_text import filler
-from supervisor.sim.looping_text import (LoopPlan, list_text, loop_plan, looping_text,
-                                         prompt_words)
+from supervisor.sim.looping_text import LoopPlan, list_text, loop_plan, looping_text, prompt_words
 from supervisor.sim.output_plan import natural_length, prompt_digest
 from tests.fixtures.real_prompts import CHAT_QUESTIONS
 
@@ -162,7 +167,7 @@ def test_the_memory_kept_is_bounded():
     watch = StreamLoopWatch()
     text = filler(32000, 1)
     bound = 2 * (2 * TAIL_CHARS + CHECK_CHARS + MAX_HELD_DIGITS + 1)
-    for rep in range(6):
+    for _rep in range(6):
         for i in range(0, len(text), 300):
             assert watch.feed(text[i:i + 300], text[i:i + 300]) is None
         assert watch.kept_chars() <= bound

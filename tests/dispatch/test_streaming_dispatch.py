@@ -5,6 +5,7 @@ aborted while they run."""
 from __future__ import annotations
 
 import json
+
 import anyio
 import httpx
 
@@ -12,8 +13,14 @@ from state.store import Store
 from supervisor.contract.waste_causes import WasteCause as W
 from supervisor.dispatch.event_fold import named_requests
 from supervisor.servers.endpoint import Endpoint
-from tests.fixtures.dispatching import (db_rows, dispatching, job_config, open_store, serve_until,
-                                        wait_until)
+from tests.fixtures.dispatching import (
+    db_rows,
+    dispatching,
+    job_config,
+    open_store,
+    serve_until,
+    wait_until,
+)
 from tests.fixtures.real_prompts import real_prompts
 
 FIELDS = ("id, status, attempts, finish_reason, prompt_tokens, completion_tokens, "

@@ -10,8 +10,14 @@ from state.store import Store
 from supervisor.contract.waste_causes import WasteCause as W
 from supervisor.dispatch.completion import Retryable, classify_answer
 from supervisor.servers.endpoint import Endpoint
-from tests.fixtures.dispatching import (db_rows, dispatching, job_config, open_store,
-                                        serve_until, wait_until)
+from tests.fixtures.dispatching import (
+    db_rows,
+    dispatching,
+    job_config,
+    open_store,
+    serve_until,
+    wait_until,
+)
 
 
 def _rows(n: int) -> list[dict]:

@@ -86,7 +86,7 @@ def run_scenario(job: RealJob, *, prompts: int, check_nvml: bool,
     try:
         code = job.proc.wait(timeout=finish_timeout_s)
     except subprocess.TimeoutExpired:
-        raise AssertionError(f"the job did not finish: {job.status()}\n{job.log_tail()}")
+        raise AssertionError(f"the job did not finish: {job.status()}\n{job.log_tail()}") from None
     assert code == 0, job.log_tail()
 
 

@@ -12,9 +12,10 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from supervisor.demo.prompts import write_demo_prompts
 from tests.fixtures import REPO

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 DEVICE_ENV = "DFLASH_GPU_TEST_DEVICE"
 # The daemon shim's GPU count: the test's config names GPUs 0 and 1.

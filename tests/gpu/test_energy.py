@@ -10,6 +10,7 @@ import pynvml
 from supervisor.gpu import FakeGpuSource, NvmlSource
 from supervisor.gpu.energy import COUNTER, J_PER_KWH, POWER, UNAVAILABLE, EnergyMeter
 from supervisor.gpu.snapshot import GpuSnapshot, GpuTelemetry
+
 from .fake_nvml import FakeNvml
 
 

@@ -9,6 +9,7 @@ import pynvml
 import pytest
 
 from supervisor.gpu import NvmlSource
+
 from .fake_nvml import FakeNvml
 
 

@@ -8,8 +8,8 @@ import os
 import subprocess
 import sys
 
-from tests.gpu.shared_gpu import DEVICE_ENV, at_least
 from tests.gpu.sglang_job import SHARED_GPU
+from tests.gpu.shared_gpu import DEVICE_ENV, at_least
 
 
 def _launch(env_extra: dict[str, str]) -> tuple[int, str]:

@@ -8,6 +8,7 @@ import anyio
 import pynvml
 
 from supervisor.gpu import FakeGpuSource, GpuSampler, NvmlSource
+
 from .fake_nvml import FakeNvml
 
 

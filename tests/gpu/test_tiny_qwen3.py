@@ -18,8 +18,14 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 pytest.importorskip("tokenizers")
 
-from tests.gpu.tiny_qwen3 import (ANSWER_PIECES, REASONING_PIECES, THINK_CLOSE,  # noqa: E402
-                                  THINK_OPEN, TinyModel, build_tiny_qwen3)
+from tests.gpu.tiny_qwen3 import (  # noqa: E402
+    ANSWER_PIECES,
+    REASONING_PIECES,
+    THINK_CLOSE,
+    THINK_OPEN,
+    TinyModel,
+    build_tiny_qwen3,
+)
 
 PROMPTS = (
     "Explain the Roman Empire to an expert.",

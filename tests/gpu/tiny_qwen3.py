@@ -158,8 +158,7 @@ def _corpus() -> list[str]:
 
 
 def build_tokenizer():  # -> transformers.PreTrainedTokenizerFast
-    from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers,
-                            trainers)
+    from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE())

@@ -15,7 +15,7 @@ from supervisor.config import load_config
 from supervisor.job.main_loop import Job
 from tests.fixtures.job_toml import job_data, write_toml
 from tests.fixtures.real_job import assert_every_prompt_once, query, run_job, wait_for
-from tests.job.test_reload_real import attach
+from tests.job.test_reload_running_job import attach
 
 pytestmark = pytest.mark.slow
 SLOW = {"sim-time-scale": 10.0, "context-length": 4096}

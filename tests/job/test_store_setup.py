@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from state.store import Store
 from state.settings_keys import Setting
+from state.store import Store
 from supervisor.job.store_setup import JobError, open_job_store
 from tests.fixtures.dispatching import job_config
 from tests.fixtures.real_prompts import CHAT_QUESTIONS, write_jsonl

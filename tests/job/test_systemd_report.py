@@ -7,13 +7,13 @@ from __future__ import annotations
 import os
 import socket
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
-from supervisor.job.systemd_report import SystemdReport
 from supervisor.job.notify import Notifier
+from supervisor.job.systemd_report import SystemdReport
 from tests.fixtures.job_status import job_status as _status
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.node_config import node_config
 from tests.fixtures.multinode_nodes import Node, wait_for
+from tests.fixtures.node_config import node_config
 from tests.fixtures.real_prompts import write_jsonl
 
 pytestmark = pytest.mark.slow

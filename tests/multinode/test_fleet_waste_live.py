@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from typing import Iterator
+from collections.abc import Iterator
 
 import anyio
 import pytest

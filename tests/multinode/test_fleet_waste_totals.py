@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import replace
 
-from supervisor.commands.fleet_status import table
 from supervisor.client.fleet_totals import FleetTotals, NodeRow, limit_lowered
+from supervisor.commands.fleet_status import table
 from supervisor.contract.codec import dumps
 from supervisor.contract.status import Status, Waste, WasteCount
 from tests.fixtures import tui_status_data as data

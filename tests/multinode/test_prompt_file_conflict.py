@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 
-from tests.fixtures.node_config import node_config
-from tests.fixtures.multinode_nodes import Node, prompts_file, slurm_env, wait_for
 from tests.fixtures.moto_s3 import MotoServer, objects, s3_env
+from tests.fixtures.multinode_nodes import Node, prompts_file, slurm_env, wait_for
+from tests.fixtures.node_config import node_config
 
 pytestmark = pytest.mark.slow
 

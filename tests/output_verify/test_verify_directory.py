@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from supervisor.prompts.prompt_import import partition_of
-from tests.fixtures.node_config import node_config
 from tests.fixtures.multinode_nodes import Node
+from tests.fixtures.node_config import node_config
 from tests.fixtures.real_prompts import write_jsonl
 
 pytestmark = pytest.mark.slow

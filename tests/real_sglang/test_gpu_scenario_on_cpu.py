@@ -12,8 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.fixtures.real_sglang import (CPU_FLAGS, one_real_job_at_a_time, sglang_cpu_dir,
-                                       whole_jobs_skipped)
+from tests.fixtures.real_sglang import (
+    CPU_FLAGS,
+    one_real_job_at_a_time,
+    sglang_cpu_dir,
+    whole_jobs_skipped,
+)
 from tests.gpu.scenario import check_job_account, run_scenario
 from tests.gpu.sglang_job import SHARED_GPU, job_config, start_job
 

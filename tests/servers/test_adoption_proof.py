@@ -8,9 +8,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
-from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator
 
 import psutil
 import pytest

@@ -7,8 +7,8 @@ import anyio
 import pytest
 
 from state.store import Store
-from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.servers.endpoint import Endpoint
+from supervisor.servers.inflight_limit import InFlightLimit
 from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_store, wait_until
 
 

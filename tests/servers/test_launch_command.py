@@ -3,8 +3,13 @@ from __future__ import annotations
 from dataclasses import replace
 
 from supervisor.config import DispatchSection, JobConfig, ServersSection
-from supervisor.servers.launch_command import (build_env, build_specs, flag_args, max_running,
-                                               metrics_off)
+from supervisor.servers.launch_command import (
+    build_env,
+    build_specs,
+    flag_args,
+    max_running,
+    metrics_off,
+)
 
 
 def _servers(**kw) -> ServersSection:

@@ -6,8 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.servers.overcommit import (Observation, OvercommitChange, OvercommitDetector,
-                                           OvercommitPolicy)
+from supervisor.servers.overcommit import (
+    Observation,
+    OvercommitChange,
+    OvercommitDetector,
+    OvercommitPolicy,
+)
 
 POLICY = OvercommitPolicy(queue_polls=3, retraction_polls=4, retractions_per_min=10.0,
                           clear_polls=2)

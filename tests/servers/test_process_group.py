@@ -15,6 +15,7 @@ import pytest
 from supervisor.servers.orphans import judge, stop_orphan
 from supervisor.servers.process_group import group_members, spawn, stop_group
 from supervisor.servers.server_log import ServerLog
+from tests.fixtures.waiting import wait_until
 
 # Prints its children's pids, then waits; the children ignore SIGTERM when asked to. They
 # inherit the ignoring from before the fork, so it holds from their first instant: set in
@@ -38,13 +39,10 @@ time.sleep(600)
 
 
 def _wait_for_line(log: ServerLog, prefix: str) -> str:
-    deadline = time.monotonic() + 20
-    while time.monotonic() < deadline:
-        for line in log.tail(20):
-            if line.startswith(prefix):
-                return line
-        time.sleep(0.02)
-    raise AssertionError(f"no {prefix!r} line in {log.tail(20)}")
+    def line() -> str | None:
+        return next((x for x in log.tail(20) if x.startswith(prefix)), None)
+    return wait_until(line, f"a {prefix!r} line in the log", 20.0, poll_s=0.02,
+                      seen=lambda: "\n".join(log.tail(20)))
 
 
 def test_stop_group_kills_children_that_ignore_sigterm(tmp_path: Path) -> None:

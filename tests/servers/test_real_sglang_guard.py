@@ -20,10 +20,11 @@ import json
 import os
 import signal
 import subprocess
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 import anyio
 import httpx

@@ -20,8 +20,16 @@ from supervisor.job.main_loop import Job
 from supervisor.servers.flag_gate import require_accepted_retune
 from supervisor.servers.server_state import ServerState
 from tests.fixtures import REPO
-from tests.fixtures.real_job import (assert_every_prompt_once, completed_on, job_config, query,
-                                     run_job, transitions, wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    assert_every_prompt_once,
+    completed_on,
+    job_config,
+    query,
+    run_job,
+    transitions,
+    wait_fleet,
+    wait_for,
+)
 
 AMBIGUOUS = ("sglang serve: error: ambiguous option: --cuda-graph-max-bs could match "
              "--cuda-graph-max-bs-decode, --cuda-graph-max-bs-prefill")

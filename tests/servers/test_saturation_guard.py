@@ -10,8 +10,13 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.servers.saturation_guard import (GuardPolicy, GuardPoll, LimitChange,
-                                                 SaturationGuard, step_of)
+from supervisor.servers.saturation_guard import (
+    GuardPolicy,
+    GuardPoll,
+    LimitChange,
+    SaturationGuard,
+    step_of,
+)
 
 POLICY = GuardPolicy(floor=4, calm_s=10.0, settle_s=5.0, collapse_ratio=0.5, collapse_polls=3,
                      peak_window_s=60.0)

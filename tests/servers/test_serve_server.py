@@ -12,8 +12,14 @@ from pathlib import Path
 
 import pytest
 
-from supervisor.servers.unit_spec import (UnitExit, UnitSpec, exit_path, read_exit, read_spec,
-                                          write_spec)
+from supervisor.servers.unit_spec import (
+    UnitExit,
+    UnitSpec,
+    exit_path,
+    read_exit,
+    read_spec,
+    write_spec,
+)
 
 SERVE = [sys.executable, "-m", "supervisor", "serve-server"]
 

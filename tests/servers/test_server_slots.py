@@ -11,10 +11,11 @@ import http.server
 import json
 import logging
 import subprocess
-import threading
 import sys
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import replace
-from typing import Any, Callable, Iterator
+from typing import Any
 
 import anyio
 import httpx

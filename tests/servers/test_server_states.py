@@ -13,11 +13,16 @@ import pytest
 from supervisor.config import JobConfig, ServersSection
 from supervisor.config.live_settings import LiveSettings
 from supervisor.servers.managed_server import FleetContext, ManagedServer
-from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.process_launcher import ProcessLauncher
+from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
-from supervisor.servers.server_state import (ALLOWED_TRANSITIONS, ATTACHED_TRANSITIONS,
-                                             IllegalTransition, ServerState, check_transition)
+from supervisor.servers.server_state import (
+    ALLOWED_TRANSITIONS,
+    ATTACHED_TRANSITIONS,
+    IllegalTransition,
+    ServerState,
+    check_transition,
+)
 
 S = ServerState
 

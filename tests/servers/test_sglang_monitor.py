@@ -7,16 +7,17 @@ from __future__ import annotations
 import http.server
 import logging
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import anyio
 import httpx
 import pytest
 
 from supervisor.servers.overcommit import OvercommitPolicy
-from supervisor.sglang.metrics import Scrape, SglangMetrics
 from supervisor.servers.sglang_monitor import BLIND, EVENT_KIND, SglangMonitor
 from supervisor.servers.sglang_view import SglangView
+from supervisor.sglang.metrics import Scrape, SglangMetrics
 
 POLICY = OvercommitPolicy(queue_polls=2, retraction_polls=2, retractions_per_min=10.0,
                           clear_polls=2)

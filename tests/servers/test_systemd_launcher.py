@@ -12,7 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from supervisor.servers.launcher import choose_launcher, template_installed
+from supervisor.servers.launcher import template_installed
+from supervisor.servers.launcher_choice import choose_launcher
 from supervisor.servers.systemd_launcher import UnitProcess
 from supervisor.servers.unit_spec import UnitExit, write_exit
 

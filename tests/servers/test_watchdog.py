@@ -17,8 +17,8 @@ from supervisor.dispatch.rate_window import CompletionRateWindow
 from supervisor.servers.exit_classifier import Trigger
 from supervisor.servers.hang_rule import HangRule, ProgressReading
 from supervisor.servers.managed_server import FleetContext, ManagedServer
-from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.process_launcher import ProcessLauncher
+from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.watchers import Decision, watch_progress
 

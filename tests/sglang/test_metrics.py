@@ -10,8 +10,12 @@ import math
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
-from supervisor.sglang.metrics import (MetricsParseError, SglangMetrics, metrics_enabled,
-                                       parse_sglang_metrics)
+from supervisor.sglang.metrics import (
+    MetricsParseError,
+    SglangMetrics,
+    metrics_enabled,
+    parse_sglang_metrics,
+)
 
 LABELS = ("model_name", "engine_type", "tp_rank", "pp_rank", "moe_ep_rank")
 

@@ -9,7 +9,6 @@ from state.records import Completion, Done
 from state.store import Store
 from supervisor.shards import writer as writer_module
 from supervisor.shards.writer import ShardWriter, shard_bytes
-
 from tests.fixtures.state_db import done, key_for, rows
 
 

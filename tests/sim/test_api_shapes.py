@@ -7,8 +7,6 @@ import time
 
 import httpx
 
-from supervisor.sim.launch import wait_healthy
-
 THINK = {"separate_reasoning": True, "chat_template_kwargs": {"enable_thinking": True}}
 
 

@@ -13,6 +13,7 @@ import psutil
 import pytest
 
 from tests.fixtures.sim_servers import SimServer
+from tests.fixtures.waiting import wait_until
 
 CHAT = {"messages": [{"role": "user", "content": "Say something."}], "max_tokens": 20,
         "separate_reasoning": True}
@@ -41,10 +42,9 @@ def _group_members(pgid: int) -> list[int]:
 
 
 def _wait_group_empty(pgid: int, timeout_s: float = 10) -> list[int]:
-    deadline = time.monotonic() + timeout_s
-    while (left := _group_members(pgid)) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    return left
+    wait_until(lambda: not _group_members(pgid), f"process group {pgid} to empty", timeout_s,
+               seen=lambda: f"members {_group_members(pgid)}")
+    return _group_members(pgid)
 
 
 def test_crash_at_runtime_logs_the_traceback_then_dies_by_sigkill_with_its_tree(sim_server):

@@ -5,8 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from supervisor.sim.kv_pool import (CLIP_MAX_NEW_TOKENS, INIT_NEW_TOKEN_RATIO,
-                                    MIN_NEW_TOKEN_RATIO, KVPool, Retracted, Seat)
+from supervisor.sim.kv_pool import (
+    CLIP_MAX_NEW_TOKENS,
+    INIT_NEW_TOKEN_RATIO,
+    MIN_NEW_TOKEN_RATIO,
+    KVPool,
+    Retracted,
+    Seat,
+)
 
 
 class Steps:

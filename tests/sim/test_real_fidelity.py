@@ -17,8 +17,14 @@ import httpx
 import psutil
 import pytest
 
-from tests.fixtures.real_sglang import (FidelityServer, client, fidelity_server,  # noqa: F401
-                                        real_sglang, shared_sim, wait_for)
+from tests.fixtures.real_sglang import (  # noqa: F401
+    FidelityServer,
+    client,
+    fidelity_server,
+    real_sglang,
+    shared_sim,
+)
+from tests.fixtures.waiting import wait_until
 from tests.sim.sglang_calls import families
 
 POOL = 1024                       # SHARED_FLAGS' --max-total-tokens
@@ -148,8 +154,8 @@ def test_abort_by_rid_ends_the_stream_and_is_counted(fidelity_server: FidelitySe
     try:
         with client() as c:
             # Running: the scheduler's counters show it (the abort needs it in flight).
-            assert wait_for(lambda: (_sample(fidelity_server, "sglang:num_running_reqs")
-                                     or 0) >= 1, 30)
+            wait_until(lambda: (_sample(fidelity_server, "sglang:num_running_reqs") or 0) >= 1,
+                       "the request running (SGLang's num_running_reqs)", 30, poll_s=0.1)
             assert c.post(fidelity_server.base_url + "/abort_request",
                           json={"rid": rid}).status_code == 200
     finally:
@@ -240,7 +246,9 @@ def test_a_small_kv_pool_queues_what_does_not_fit(fidelity_server: FidelityServe
             seen.append((_sample(fidelity_server, "sglang:num_running_reqs") or 0,
                          _sample(fidelity_server, "sglang:num_queue_reqs") or 0))
             return seen[-1][1] >= 1
-        assert wait_for(queued, 240, poll_s=0.05), (max(seen), len(seen), results)
+        wait_until(queued, "a request queued (SGLang's num_queue_reqs)", 240,
+                   seen=lambda: f"(running, queued) max {max(seen)}, {len(seen)} samples; "
+                                f"answers {results}")
         assert max(running for running, _ in seen) <= 2, seen
     finally:
         for t in threads:

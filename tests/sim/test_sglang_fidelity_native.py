@@ -11,6 +11,7 @@ import threading
 
 import httpx
 
+from tests.fixtures.waiting import wait_until
 from tests.sim.sglang_calls import THINK, chat, get
 
 
@@ -19,12 +20,11 @@ def _generate(base: str, **body) -> httpx.Response:
 
 
 def _wait_running(base: str, running: int, queued: int = 0) -> None:
-    for _ in range(400):
+    def counts() -> tuple[int, int]:
         state = get(base, "/sim/state").json()
-        if (state["running"], state["queued"]) == (running, queued):
-            return
-        threading.Event().wait(0.02)
-    raise AssertionError(f"never saw {running} running and {queued} queued")
+        return state["running"], state["queued"]
+    wait_until(lambda: counts() == (running, queued), f"{running} running and {queued} queued",
+               timeout_s=8.0, poll_s=0.02, seen=lambda: f"(running, queued) {counts()}")
 
 
 def test_generate_shape_and_default_max_new_tokens(sim_server):

@@ -12,7 +12,6 @@ import pytest
 from state.async_store import AsyncStore
 from state.records import Requeue
 from state.store import Store
-
 from tests.fixtures.state_db import rows
 
 

@@ -20,8 +20,16 @@ from state.schema import MIGRATIONS, SCHEMA_VERSION, migrate
 from state.store import Store
 from supervisor.job.main_loop import Job
 from supervisor.servers.server_state import ServerState
-from tests.fixtures.real_job import (completed_on, job_config, query, run_job, sim_fault,
-                                    state_of, wait_fleet, wait_for)
+from tests.fixtures.real_job import (
+    completed_on,
+    job_config,
+    query,
+    run_job,
+    sim_fault,
+    state_of,
+    wait_fleet,
+    wait_for,
+)
 
 README = Path(__file__).resolve().parents[2] / "state" / "README.md"
 DOCUMENTED_DB = "/var/lib/dflash-supervisor/job.db"

@@ -9,8 +9,17 @@ import sqlite3
 
 import pytest
 
-from state.records import (STATUSES, Completion, Done, Failed, ImportRow, Requeue, Retry,
-                           ShardLine, StatusCounts, TruncationCounts)
+from state.records import (
+    STATUSES,
+    Completion,
+    Failed,
+    ImportRow,
+    Requeue,
+    Retry,
+    ShardLine,
+    StatusCounts,
+    TruncationCounts,
+)
 from state.schema import SCHEMA_VERSION, migrate
 from state.shard_adoption import UploadedShard, adopt_shard
 from state.shard_audit import RestoredLine

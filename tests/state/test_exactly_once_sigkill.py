@@ -15,7 +15,6 @@ from pathlib import Path
 
 from state.store import Store
 from supervisor.prompts.prompt_import import import_file
-
 from tests.fixtures import REPO
 from tests.fixtures.real_prompts import CHAT_QUESTIONS
 
@@ -68,7 +67,7 @@ def test_every_id_exactly_once_after_kills_at_every_point(tmp_path):
     files = shard_files(spool)
     assert not [name for name in files if name.endswith(".tmp")]
     seen: list[str] = []
-    for name, data in files.items():
+    for data in files.values():
         seen += [json.loads(line)["id"] for line in data.splitlines()]
     assert sorted(seen) == sorted(ids)                       # exactly once, nothing else
     with Store.open(db) as store:

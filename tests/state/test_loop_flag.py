@@ -9,7 +9,6 @@ import sqlite3
 from state.records import StatusCounts
 from state.schema import migrate
 from state.store import Store
-
 from tests.fixtures.state_db import done, key_for, rows
 
 

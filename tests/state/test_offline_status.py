@@ -7,7 +7,6 @@ from __future__ import annotations
 from state.settings_keys import Setting
 from state.store import Store
 from supervisor.commands.offline_status import main, summary_json
-
 from tests.fixtures.state_db import done, rows
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from state.store import Store
 from state.waste_table import Wasted
-from supervisor.contract.waste_causes import WasteCause
 from supervisor.commands.offline_status import main, summary_json
+from supervisor.contract.waste_causes import WasteCause
 from tests.fixtures.state_db import done, rows
 
 

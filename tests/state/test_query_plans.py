@@ -9,7 +9,6 @@ import time
 
 from state.records import Retry
 from state.store import Store
-
 from tests.fixtures.state_db import done, key_for, rows
 
 # Whole-table reads allowed on purpose: recount (an operator's repair, index-only).

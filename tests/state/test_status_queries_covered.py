@@ -10,7 +10,6 @@ import sqlite3
 import time
 
 from state.store import Store
-
 from tests.fixtures.state_db import done, rows
 
 

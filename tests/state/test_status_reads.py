@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from state.records import StatusCounts
 from state.store import Store
-
 from tests.fixtures.state_db import done, rows
 
 

@@ -10,7 +10,6 @@ from state.records import Failed, Requeue, Retry, StatusCounts
 from state.schema import SCHEMA_VERSION, SchemaError
 from state.settings_keys import Setting
 from state.store import Store
-
 from tests.fixtures.state_db import done, key_for, rows
 
 

@@ -9,15 +9,14 @@ from pathlib import Path
 
 import pytest
 
+from state.db_copy import CopyError, inspect
 from state.records import ImportRow
 from state.settings_keys import Setting
-from state.db_copy import CopyError, inspect
 from state.store import Store
 from supervisor.config import Partition
-from supervisor.shards.keys import shard_key_for
-from supervisor.shards.keys import ShardKey, parse_shard_key
-from supervisor.state_backup.keys import manifest_key
+from supervisor.shards.keys import ShardKey, parse_shard_key, shard_key_for
 from supervisor.state_backup.backup import StateBackup
+from supervisor.state_backup.keys import manifest_key
 from supervisor.state_backup.manifest import BackupManifest
 from supervisor.state_backup.restore import NodeIdentity, RestoreRefused, restore_if_missing
 from supervisor.uploads.local_sink import LocalDirSink

@@ -15,8 +15,8 @@ import yaml
 
 from supervisor.config import Partition, parse_config
 from supervisor.prompts.prompt_import import partition_of
-from tests.fixtures.node_config import node_config
 from tests.fixtures import REPO
+from tests.fixtures.node_config import node_config
 from tests.fixtures.real_prompts import write_jsonl
 
 SBATCH = REPO / "systemd" / "slurm" / "dflash-supervisor.sbatch"

@@ -17,7 +17,7 @@ import importlib.util
 import json
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 import pytest
 
@@ -129,7 +129,7 @@ def process_start(box: Box) -> float:
                   "--property=ExecMainStartTimestamp").stdout.strip()
     # "Sun 2026-12-06 01:01:06.353442 UTC"
     return datetime.strptime(text.split(" ", 1)[1], "%Y-%m-%d %H:%M:%S.%f UTC").replace(
-        tzinfo=timezone.utc).timestamp()
+        tzinfo=UTC).timestamp()
 
 
 def wait_next_daemon(box: Box, job: Job, starts: int) -> float:

@@ -10,7 +10,6 @@ from dataclasses import replace
 from textual.widgets import Input
 
 from supervisor.contract.status import Status, Waste, WasteCount
-
 from tests.fixtures import tui_status_data as data
 from tests.fixtures.fake_daemon_client import FakeDaemon
 from tests.fixtures.tui_pilot import NARROW, STILL, WIDE, node, settled, until_called

@@ -112,7 +112,8 @@ async def test_rolling_restart_and_requeue() -> None:
         await pilot.press("u")
         assert isinstance(app.screen, ConfirmDialog) and "412 prompts" in app.screen.question
         await pilot.press("y")
-        assert (await until_called(pilot, d, "requeue-truncated"))[1] == a.RequeueTruncatedRequest(False)
+        sent = (await until_called(pilot, d, "requeue-truncated"))[1]
+        assert sent == a.RequeueTruncatedRequest(include_loops=False)
         await pilot.pause(0.05)
         assert any("412 truncated prompts back to pending" in m for m in notices(app))
 
@@ -126,7 +127,8 @@ async def test_requeue_with_loops_says_what_it_includes() -> None:
         assert isinstance(app.screen, ConfirmDialog)
         assert "looping included (9,114 caught looping so far)" in app.screen.question
         await pilot.press("y")
-        assert (await until_called(pilot, d, "requeue-truncated"))[1] == a.RequeueTruncatedRequest(True)
+        sent = (await until_called(pilot, d, "requeue-truncated"))[1]
+        assert sent == a.RequeueTruncatedRequest(include_loops=True)
 
 
 async def test_requeue_with_nothing_to_requeue_says_so_without_a_dialog() -> None:
@@ -188,8 +190,8 @@ async def test_retune_parses_flags_for_all_or_one() -> None:
             await pilot.pause(0.02)
             if len([c for c in d.calls if c[0] == "retune"]) == 2:
                 break
-        assert d.calls[-1] == ("retune", a.RetuneRequest((a.FlagSetting("cuda-graph-max-bs", 160),),
-                                                          "gpu1", add=True))
+        only = a.RetuneRequest((a.FlagSetting("cuda-graph-max-bs", 160),), "gpu1", add=True)
+        assert d.calls[-1] == ("retune", only)
 
 
 async def test_reset_only_on_a_failed_server() -> None:

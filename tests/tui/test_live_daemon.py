@@ -5,8 +5,8 @@ after the daemon restarts; and it never makes a blocking call on its event loop.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import anyio
 import pytest
@@ -15,6 +15,7 @@ from textual.widgets import Input, RadioButton
 
 from supervisor.contract.status import ServerState, Status
 from tests.fixtures import control_daemon as daemon
+from tests.fixtures import waiting
 from tui.app import DflashTui, make_app
 from tui.client_protocol import connect
 from tui.screens.main_screen import MainScreen
@@ -46,11 +47,8 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[daemon.Daemon]:
 
 async def until(pilot: Pilot, check: Callable[[], object], what: str,
                 timeout_s: float = 20.0) -> None:
-    with anyio.move_on_after(timeout_s):
-        while not check():
-            await pilot.pause(0.05)
-        return
-    raise AssertionError(f"timed out waiting for {what}")
+    # The pilot's pause, not a bare sleep: the app handles its messages between two checks.
+    await waiting.until(check, what, timeout_s, pause=pilot.pause)
 
 
 def shown(app: DflashTui, widget: type) -> str:

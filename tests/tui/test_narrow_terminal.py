@@ -7,9 +7,8 @@ from __future__ import annotations
 import pytest
 from textual.app import App
 
-from tests.fixtures.tui_pilot import app_with, settled
 from tests.fixtures.fake_daemon_client import FakeDaemon
-from tests.fixtures.tui_pilot import STILL
+from tests.fixtures.tui_pilot import STILL, app_with, settled
 from tests.tui import narrow_data
 from tui.app import make_app
 from tui.screens.help_screen import HelpScreen

@@ -7,6 +7,7 @@ from __future__ import annotations
 from tests.fixtures import tui_status_data as data
 from tests.fixtures.tui_pilot import NARROW, WIDE, app_with, settled
 
+
 def test_main_screen_healthy(snap_compare) -> None:
     """Eight READY servers mid-job at 100x30: progress, charts, table, uploads, events."""
     assert snap_compare(app_with(), terminal_size=WIDE, run_before=settled)

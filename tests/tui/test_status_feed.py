@@ -3,16 +3,16 @@ event it saw, and falls back to polling a daemon that has no stream."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
-from typing import AsyncIterator
 
 import anyio
 import pytest
 
+from supervisor.client.control_client import ControlRefused, ControlUnreachable
 from supervisor.contract.status import Event, Gap, Status, StreamItem
 from tests.fixtures import tui_status_data as data
 from tests.fixtures.fake_daemon_client import FakeDaemon
-from supervisor.client.control_client import ControlRefused, ControlUnreachable
 from tui.link_state import LinkState
 from tui.status_feed import FeedTiming, follow
 

@@ -7,13 +7,13 @@ from dataclasses import replace
 
 import pytest
 
+from supervisor.client.text import duration
 from supervisor.contract.status import Event, Histogram, ServerState
 from supervisor.dispatch.event_fold import EventFold
 from tests.fixtures import tui_status_data as data
 from tui.alerts import Severity, alerts
 from tui.event_text import describe, line, who
 from tui.flag_text import FlagSyntaxError, parse_flags, show_value
-from supervisor.client.text import duration
 from tui.formatting import ago, count, gib, one_line, percent, size
 from tui.link_state import LinkState
 from tui.widgets.job.length_histogram import columns

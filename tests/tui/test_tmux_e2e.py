@@ -10,11 +10,13 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import psutil
 import pytest
+
+from tests.fixtures.waiting import wait_until
 
 pytestmark = [pytest.mark.slow,
               pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux")]
@@ -40,14 +42,10 @@ class Terminal:
             time.sleep(0.15)
 
     def wait_for(self, check: Callable[[str], object], what: str, timeout_s: float = 30.0) -> str:
-        deadline = time.monotonic() + timeout_s
-        while True:
+        def passing() -> str | None:
             text = self.screen()
-            if check(text):
-                return text
-            if time.monotonic() > deadline:
-                raise AssertionError(f"timed out waiting for {what}; screen:\n{text}")
-            time.sleep(0.1)
+            return text if check(text) else None
+        return wait_until(passing, what, timeout_s, poll_s=0.1, seen=self.screen)
 
 
 @pytest.fixture

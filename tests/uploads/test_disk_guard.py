@@ -7,7 +7,6 @@ import sqlite3
 from pathlib import Path
 
 import anyio
-import pytest
 
 from supervisor.demo.config import demo_config
 from supervisor.demo.prompts import write_demo_prompts
@@ -16,6 +15,7 @@ from supervisor.job.main_loop import Job
 from supervisor.uploads import disk_guard
 from supervisor.uploads.disk_guard import DiskGuard
 from tests.fixtures.ports import free_base_port
+from tests.fixtures.waiting import until
 
 MB = 1_000_000
 
@@ -75,22 +75,19 @@ async def test_a_job_pauses_on_low_disk_and_finishes_once_space_returns(tmp_path
     async def run() -> None:
         results.append(await job.run())
 
-    async def until(predicate, timeout_s: float = 60.0) -> None:
-        with anyio.fail_after(timeout_s):
-            while not predicate():
-                await anyio.sleep(0.05)
-
     async with anyio.create_task_group() as tg:
         tg.start_soon(run)
         await until(lambda: statuses and any(str(s.state) == "READY"
-                                             for s in statuses[-1].servers))
+                                             for s in statuses[-1].servers),
+                    "a server READY", 60.0)
         seen = len(statuses)
-        await until(lambda: len(statuses) >= seen + 5)       # a server ready, and waiting
+        await until(lambda: len(statuses) >= seen + 5,       # a server ready, and waiting
+                    "five more status snapshots", 60.0)
         s = statuses[-1]
         assert s.done == 0 and s.in_flight == 0 and s.pending == 300
         assert "low disk" in s.dispatch.paused["disk"] and s.disk_paused
         free[0] = 10_000 * MB
-        await until(lambda: bool(results))
+        await until(lambda: bool(results), "the job's end", 60.0)
     [result] = results
     assert result.finished
     con = sqlite3.connect(tmp_path / "job.db")

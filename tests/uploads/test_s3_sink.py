@@ -11,8 +11,12 @@ import pytest
 from supervisor.config import UploadsSection
 from supervisor.uploads.s3_client import S3Location
 from supervisor.uploads.s3_sink import S3Sink, multipart_etag
-from supervisor.uploads.sink import (CorruptUploadError, FatalUploadError, ShardBlob,
-                                     TransientUploadError)
+from supervisor.uploads.sink import (
+    CorruptUploadError,
+    FatalUploadError,
+    ShardBlob,
+    TransientUploadError,
+)
 from tests.fixtures.moto_s3 import objects
 from tests.fixtures.ports import free_port
 

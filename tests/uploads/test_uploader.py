@@ -3,13 +3,14 @@ uploaded (only what was verified), the backlog through failures, stops, and rewr
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
 from pathlib import Path
-from typing import Callable
 
 import anyio
+
 from state.async_store import AsyncStore
 from state.records import ImportRow
 from state.store import Store
@@ -17,9 +18,14 @@ from supervisor.uploads.backoff import Backoff
 from supervisor.uploads.fake_sink import FakeSink
 from supervisor.uploads.sink import CorruptUploadError, FatalUploadError, TransientUploadError
 from supervisor.uploads.uploader import Uploader
+from tests.fixtures import waiting
 from tests.fixtures.state_db import finish_prompts, store_with_shards
 
 FAST = Backoff(0.01, 0.05)
+
+# These uploaders retry within 0.05 s (FAST): a failing put's window is short, so it is
+# looked at often, or the next put has begun before the wait sees this one end.
+until = functools.partial(waiting.until, poll_s=0.01)
 
 
 def uploader(store: Store, sink: FakeSink, spool: Path, **kwargs: object) -> Uploader:
@@ -30,12 +36,6 @@ def uploader(store: Store, sink: FakeSink, spool: Path, **kwargs: object) -> Upl
 
 def kinds(store: Store) -> list[str]:
     return [e.kind for e in store.recent_events(100)]
-
-
-async def until(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    with anyio.fail_after(timeout_s):
-        while not predicate():
-            await anyio.sleep(0.01)
 
 
 async def test_drain_uploads_every_shard_verified_and_removes_the_spool_copies(tmp_path):

@@ -7,7 +7,8 @@ the socket. Each action's answer, or the daemon's refusal, shows as a notificati
 
 from __future__ import annotations
 
-from typing import Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from textual import on, work
 from textual.app import ComposeResult
@@ -17,10 +18,10 @@ from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer
 
+from supervisor.client.control_client import ControlError, ControlRefused
 from supervisor.contract.status import Event, ServerState, Status
 from tui import answer_text
 from tui.alerts import Alert, alerts
-from supervisor.client.control_client import ControlError, ControlRefused
 from tui.client_protocol import DaemonClient
 from tui.dialogs.confirm_dialog import ConfirmDialog
 from tui.dialogs.max_tokens_dialog import MaxTokensChoice, MaxTokensDialog

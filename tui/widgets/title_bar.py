@@ -6,8 +6,8 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from supervisor.contract.status import Status
 from supervisor.client.text import duration
+from supervisor.contract.status import Status
 from tui.link_state import LinkState
 
 

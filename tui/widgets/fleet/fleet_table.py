@@ -1,8 +1,9 @@
 """One row per node of a many-node job: its partition, progress, rate, ETA, servers (with how
 many run under an in-flight limit the saturation guard lowered: `8/8 2↓` in orange), upload
 backlog, goodput and the one thing to see about it (the tokens wasted, by cause, and each
-lowered limit's reason are in the detail under the table, for the row under the cursor). Enter on a row asks for that node's own screen
-(`FleetTable.NodeSelected`); the app decides what that means."""
+lowered limit's reason are in the detail under the table, for the row under the cursor).
+Enter on a row asks for that node's own screen (`FleetTable.NodeSelected`); the app decides
+what that means."""
 
 from __future__ import annotations
 

@@ -10,8 +10,8 @@ from rich.text import Text
 from supervisor.client.text import duration, si
 from supervisor.contract.status import Status
 from tui.formatting import count, percent
-from tui.text_flow import figure, flow
 from tui.goodput_style import goodput_style
+from tui.text_flow import figure, flow
 from tui.widgets.status_text import StatusText
 
 

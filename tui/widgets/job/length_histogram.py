@@ -17,7 +17,6 @@ from tui.bar_chart import bar_rows
 from tui.formatting import count
 
 
-
 def columns(h: Histogram, width: int) -> tuple[list[float], int, int]:
     """The histogram re-bucketed to `width` columns over 0..top: (values, top, marker column).
     A bucket's count is spread over the columns it overlaps, in proportion."""

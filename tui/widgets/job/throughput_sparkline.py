@@ -7,9 +7,9 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
+from supervisor.client.text import duration
 from supervisor.contract.status import Status
 from tui.bar_chart import bar_rows, bucket_means
-from supervisor.client.text import duration
 
 
 class ThroughputSparkline(Widget):

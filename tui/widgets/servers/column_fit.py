@@ -9,8 +9,8 @@ also whenever it would cut an exit reason short.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Mapping, Sequence
 
 from rich.cells import cell_len
 from rich.text import Text

@@ -10,8 +10,8 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widgets import DataTable
 
-from supervisor.contract.status import GpuStatus, ServerState, ServerStatus, Status
 from supervisor.client.text import duration, limit_text
+from supervisor.contract.status import GpuStatus, ServerState, ServerStatus, Status
 from tui.formatting import gib, one_line
 from tui.widgets.servers.column_fit import LAST, fit_columns
 
