@@ -154,7 +154,9 @@ class Actions:
         if not cfg.dispatch.stream:
             raise Refused(409, "continue: dispatch.stream is false, and unstreamed answers "
                                "bring no token ids back (use requeue_truncated)")
-        inexact = inexact_sampling(cfg.servers.flags, cfg.servers.model_path)
+        # Off the loop: it reads the model's generation_config.json (a file on disk).
+        inexact = await anyio.to_thread.run_sync(inexact_sampling, cfg.servers.flags,
+                                                 cfg.servers.model_path)
         if inexact:
             raise Refused(409, f"continue: the servers sample with {'; '.join(inexact)}: a "
                                f"continuation restarts it and would not be exact (use "

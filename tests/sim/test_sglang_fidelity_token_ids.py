@@ -9,14 +9,13 @@ SGLang's."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from typing import Any
 
 import httpx
 
-from tests.sim.sglang_calls import THINK
+from tests.sim.sglang_calls import THINK, sse_events
 
 IDS = {"x-sglext-return-input-ids": "1", "x-sglext-return-output-ids": "1"}
 QUESTION = [{"role": "user", "content": "Explain, step by step, how tides work."}]
@@ -29,15 +28,10 @@ def _post(base: str, path: str, body: dict[str, Any],
 
 
 def _events(base: str, body: dict[str, Any], headers: dict[str, str]) -> list[Any]:
-    out: list[Any] = []
     with httpx.stream("POST", base + "/v1/chat/completions", json=body, headers=headers,
                       timeout=30, trust_env=False) as resp:
         assert resp.status_code == 200, resp.read()
-        for line in resp.iter_lines():
-            if line.startswith("data: "):
-                data = line[len("data: "):]
-                out.append(data if data == "[DONE]" else json.loads(data))
-    return out
+        return sse_events(resp.iter_lines())
 
 
 def _stream_body(messages: list[dict], max_tokens: int, **extra: Any) -> dict[str, Any]:
