@@ -62,11 +62,9 @@ class ContinuableReader:
 
     def _read(self) -> Continuable:
         # Opened as the daemon's own store is (read-write file, WAL), then made query-only:
-        # a `mode=ro` connection (Store.open_readonly) beside the writer in the daemon's own
-        # process failed every read with "disk I/O error" a few seconds into
-        # tests/control/test_continue_truncated.py, and this one never did. (SQLite shares
-        # one file's locks and shared memory among a process's connections; a read-only
-        # descriptor is the likely odd one out.)
+        # a `mode=ro` connection (Store.open_readonly) failed every read with "disk I/O
+        # error" once a second writer's close had removed the daemon's WAL under it (a test
+        # that wrote the live DB by hand); this one read on through the same test.
         conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=rw", uri=True,
                                check_same_thread=False, isolation_level=None, timeout=30.0)
         try:
