@@ -68,9 +68,11 @@ class ControlCalls(ABC):
     async def log(self, server: str, lines: int = 200) -> LogTail:
         return await self.call(api.LOG, LogRequest(server, lines))
 
-    async def set_max_tokens(self, value: int, *,
-                             requeue_truncated: bool = False) -> MaxTokensResult:
-        return await self.call(api.MAX_TOKENS, MaxTokensRequest(value, requeue_truncated))
+    async def set_max_tokens(self, value: int, *, requeue_truncated: bool = False,
+                             continue_truncated: bool = False,
+                             include_loops: bool = False) -> MaxTokensResult:
+        return await self.call(api.MAX_TOKENS, MaxTokensRequest(
+            value, requeue_truncated, continue_truncated, include_loops))
 
     async def requeue_truncated(self, *, include_loops: bool = False) -> RequeueResult:
         return await self.call(api.REQUEUE_TRUNCATED, RequeueTruncatedRequest(include_loops))

@@ -15,6 +15,8 @@ from supervisor.config.sections import ConfigError, JobConfig, ServersSection
 # before it answers 503 (`sglang/srt/entrypoints/http_server.py:218` HEALTH_CHECK_TIMEOUT,
 # SGLANG_HEALTH_CHECK_TIMEOUT; the wait loop polls each second, :779).
 SGLANG_HEALTH_WAIT_S = 20.0
+# job.keep_token_ids: the answers whose exact ids the state DB keeps.
+KEEP_TOKEN_IDS = ("truncated", "all")
 
 
 def validate(cfg: JobConfig) -> None:
@@ -23,6 +25,12 @@ def validate(cfg: JobConfig) -> None:
             raise ConfigError(f"{key}: must be > 0, got {value}")
 
     positive("job.shard_size", cfg.job.shard_size)
+    if cfg.job.keep_token_ids not in KEEP_TOKEN_IDS:
+        raise ConfigError(f"job.keep_token_ids: must be \"truncated\" or \"all\", got "
+                          f"{cfg.job.keep_token_ids!r}")
+    if cfg.job.shard_output_ids and cfg.job.keep_token_ids != "all":
+        raise ConfigError("job.shard_output_ids: needs job.keep_token_ids = \"all\" (only "
+                          "then are the ids of answers that end \"stop\" kept)")
     positive("generation.max_tokens", cfg.generation.max_tokens)
     if not 0 <= cfg.generation.temperature <= 2:
         raise ConfigError(f"generation.temperature: must be within 0..2, got {cfg.generation.temperature}")

@@ -52,7 +52,8 @@ def restored_line(raw: bytes) -> RestoredLine:
             completion_tokens=usage.get("completion_tokens"),
             reasoning_tokens=usage.get("reasoning_tokens"), max_tokens=obj.get("max_tokens"),
             model=obj.get("model"), server=obj.get("server"), attempts=int(obj["attempt"]),
-            finished_at=obj.get("time"), loop=obj.get("loop"))
+            finished_at=obj.get("time"), loop=obj.get("loop"),
+            continued_from=obj.get("continued_from"))
     except BadShardLine:
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:

@@ -28,6 +28,8 @@ DIALOGS = {
     "reset": (data.with_failed_server, ["down"] * 5 + ["f"], "reset", a.ResetRequest("gpu5")),
     "pause": (data.healthy, ["p"], "pause", a.PauseRequest("paused by operator")),
     "max tokens": (data.healthy, ["m"], "max-tokens", a.MaxTokensRequest(8192, True)),
+    "max tokens, continue": (data.continuable, ["m"], "max-tokens",
+                             a.MaxTokensRequest(8192, continue_truncated=True)),
 }
 
 
