@@ -21,13 +21,16 @@ import pytest
 
 from state.token_ids_table import unpack_ids
 from supervisor.contract.actions import MaxTokensRequest
-from supervisor.control.actions import Actions
 from supervisor.contract.pause_sources import PauseSource
+from supervisor.control.actions import Actions
 from supervisor.job.main_loop import Job
-from tests.fixtures.real_job import (expected_ids, query, run_job, shard_ids, wait_fleet,
-                                    wait_for)
-from tests.fixtures.real_sglang import (CPU_FLAGS, one_real_job_at_a_time, start_real_sglang,
-                                       whole_jobs_skipped)
+from tests.fixtures.real_job import expected_ids, query, run_job, shard_ids, wait_fleet, wait_for
+from tests.fixtures.real_sglang import (
+    CPU_FLAGS,
+    one_real_job_at_a_time,
+    start_real_sglang,
+    whole_jobs_skipped,
+)
 from tests.real_sglang.test_daemon_on_sglang import CPU_ENV, real_config
 
 pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(3000)]
@@ -131,8 +134,8 @@ async def test_a_job_raised_from_32_to_64_with_continue_matches_greedy_runs(
                 (blob,) = query(cfg, "SELECT output_ids FROM answer_tokens WHERE prompt_id = ?",
                                 pid)[0]
                 lines.append(await anyio.to_thread.run_sync(
-                    lambda: _check_one(server.port, server.model, json.loads(messages), before,
-                                       unpack_ids(blob), content)))
+                    _check_one, server.port, server.model, json.loads(messages), before,
+                    unpack_ids(blob), content))
         finally:
             server.stop()
     print(f"continued answers vs greedy from-scratch runs: {lines}")

@@ -4,7 +4,8 @@ calls to a simulated server and SGLang's label sets (not a test module)."""
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import httpx
 from prometheus_client.parser import text_string_to_metric_families

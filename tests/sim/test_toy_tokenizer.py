@@ -9,8 +9,15 @@ import pytest
 from supervisor.sim.filler_text import count_prompt_tokens, filler
 from supervisor.sim.looping_text import LoopPlan, list_text, looping_text, prompt_words
 from supervisor.sim.reasoning_split import raw_output
-from supervisor.sim.toy_tokenizer import (IM_END, TokenError, decode_input, detokenize,
-                                          encode_piece, encode_prompt, pieces)
+from supervisor.sim.toy_tokenizer import (
+    IM_END,
+    TokenError,
+    decode_input,
+    detokenize,
+    encode_piece,
+    encode_prompt,
+    pieces,
+)
 from tests.fixtures.real_prompts import real_prompts
 
 CONVERSATION = [
