@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from supervisor.config.attach_urls import attach_targets
 from supervisor.config.host_names import host_problem
+from supervisor.config.listen_address import parse_listen
 from supervisor.config.sections import ConfigError, JobConfig, ServersSection
 
 # SGLang 0.5.23's /health_generate waits up to this long for its scheduler to make progress
@@ -126,6 +127,8 @@ def validate(cfg: JobConfig) -> None:
             raise ConfigError(f"quality.{name}: must be within (0, 1], got {value}")
     positive("quality.metrics_window_s", q.metrics_window_s)
     positive("control.interval_s", cfg.control.interval_s)
+    if cfg.control.metrics_listen:
+        parse_listen(cfg.control.metrics_listen)
     u = cfg.uploads
     positive("uploads.concurrency", u.concurrency)
     if u.multipart_threshold_bytes < 5 * 1024 * 1024:

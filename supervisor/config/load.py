@@ -13,7 +13,15 @@ from typing import Any
 
 from supervisor.config.checks import load_warnings, validate
 from supervisor.config.coerce import build_section, coerce_flags, owners_of
-from supervisor.config.sections import SECTIONS, ConfigError, JobConfig, JobSection, Partition
+from supervisor.config.listen_address import listen_from_env
+from supervisor.config.sections import (
+    SECTIONS,
+    ConfigError,
+    ControlSection,
+    JobConfig,
+    JobSection,
+    Partition,
+)
 
 
 def _resolve_auto_partition(job: JobSection, env: Mapping[str, str]) -> JobSection:
@@ -60,7 +68,8 @@ def _check_gpu_keys(raw: Any) -> None:
 
 def parse_config(data: Mapping[str, Any], base_dir: Path = Path("."),
                  env: Mapping[str, str] | None = None) -> JobConfig:
-    """`env` is where `job.partition = "auto"` looks (the process environment by default)."""
+    """`env` is where `job.partition = "auto"` and an unset control.metrics_listen look (the
+    process environment by default)."""
     sections: dict[str, Any] = {}
     for name, raw in data.items():
         cls = SECTIONS.get(name)
@@ -68,8 +77,9 @@ def parse_config(data: Mapping[str, Any], base_dir: Path = Path("."),
             raise ConfigError(_unknown_top_level(name, raw))
         sections[name] = build_section(name, cls, raw, SECTIONS)
     _check_gpu_keys(data.get("servers"))
-    sections["job"] = _resolve_auto_partition(sections.get("job", JobSection()),
-                                              os.environ if env is None else env)
+    env = os.environ if env is None else env
+    sections["job"] = _resolve_auto_partition(sections.get("job", JobSection()), env)
+    sections["control"] = listen_from_env(sections.get("control", ControlSection()), env)
     cfg = JobConfig(**sections, base_dir=base_dir)
     validate(cfg)
     return cfg

@@ -327,6 +327,16 @@ class ControlSection:
                             "stream carries each one, and a polled `GET /v1/status` gets the "
                             "latest, at most this (+0.2 s) old, without waiting for the state DB "
                             "(after an action, the next poll gets a fresh one)")
+    metrics_listen: str = key("", "`host:port` of a read-only TCP listener serving only `GET "
+                              "/metrics` (the socket's text) for a cluster's Prometheus, e.g. "
+                              "`\"0.0.0.0:9464\"`; a taken port stops the start "
+                              "(docs/monitoring.md)",
+                              shown="`$DFLASH_METRICS_LISTEN` (the Slurm batch file sets it), "
+                              "else off")
+    metrics_job: str = key("", "the `job` label on every metric series, the same on every node "
+                           "of the job so that a fleet sums without relabelling",
+                           shown="the last part of `job.output` (`run-01` for "
+                           "`s3://bucket/datasets/run-01/`)")
 
 
 @dataclass(frozen=True)

@@ -406,6 +406,7 @@ class Status(Record):
     breaker: Breaker | None = None  # None: a daemon from before the breaker
     waste: Waste | None = None      # None: a daemon from before the waste ledger
     continuation: Continuation | None = None   # None: a daemon that cannot continue answers
+    job_name: str | None = None     # the `job` label of /metrics (control.metrics_job)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Status:

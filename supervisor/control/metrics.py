@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from supervisor.contract import status as c
 from supervisor.contract.event_kinds import EventKind
+from supervisor.control.series_labels import Labelled, series_labels
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -146,6 +147,8 @@ class _StatusCollector(Collector):
             if value is not None:
                 yield GaugeMetricFamily(name, doc, value=value)
 
+        yield from gauge("dflash_daemon_start_time_seconds", "When this daemon started "
+                         "(Unix time)", s.started_at)
         yield from gauge("dflash_max_tokens", "Live max tokens", s.max_tokens)
         yield from gauge("dflash_requests_per_second", "Windowed completions per second",
                          s.rates.req_per_s)
@@ -175,10 +178,11 @@ class _StatusCollector(Collector):
         yield from self._continuation(s.continuation)
         yield from self._stream_watch(s.quality)
         if s.energy is not None:
-            yield from gauge("dflash_energy_kwh", "Energy the job's GPUs used so far",
-                             s.energy.kwh_so_far)
-            yield from gauge("dflash_energy_projected_kwh", "Energy the whole job is projected "
-                             "to use", s.energy.kwh_projected)
+            # Joules, not kWh: Prometheus wants base units (a panel shows them as kWh).
+            yield from gauge("dflash_energy_used_joules", "Energy the job's GPUs used so far",
+                             _joules(s.energy.kwh_so_far))
+            yield from gauge("dflash_energy_projected_joules", "Energy the whole job is "
+                             "projected to use", _joules(s.energy.kwh_projected))
             yield from gauge("dflash_energy_joules_per_token", "GPU joules per output token "
                              "over the metrics window", s.energy.joules_per_token)
         per_joule = GaugeMetricFamily("dflash_server_tokens_per_joule", "Output tokens per "
@@ -209,9 +213,11 @@ class _StatusCollector(Collector):
         for st in c.ServerState:
             states.add_metric([st.value], by_state.get(st.value, 0))
         yield states
+        yield self._server_state(s)
         gpu_figures = (("dflash_gpu_power_watts", "GPU power draw", "power_w"),
                        ("dflash_gpu_power_limit_watts", "GPU power limit", "power_limit_w"),
-                       ("dflash_gpu_utilization_percent", "GPU utilisation", "utilization_pct"),
+                       ("dflash_gpu_utilization_ratio", "GPU utilisation (0..1)",
+                        "utilization_pct"),
                        ("dflash_gpu_memory_used_bytes", "GPU memory used", "memory_used_bytes"),
                        ("dflash_gpu_temperature_celsius", "GPU temperature", "temperature_c"))
         for name, doc, attr in gpu_figures:
@@ -219,7 +225,8 @@ class _StatusCollector(Collector):
             for g in s.gpus.gpus:
                 value = getattr(g, attr)
                 if value is not None:
-                    family.add_metric([str(g.index), g.server or ""], value)
+                    scale = 0.01 if attr == "utilization_pct" else 1
+                    family.add_metric([str(g.index), g.server or ""], value * scale)
             yield family
         energy = CounterMetricFamily("dflash_gpu_energy_joules", "The driver's total-energy "
                                      "counter (since it loaded)", labels=["gpu", "server"])
@@ -237,6 +244,17 @@ class _StatusCollector(Collector):
             yield from gauge("dflash_uploads_stopped", "1 when uploads stopped",
                              1 if s.uploads.stopped else 0)
 
+
+    @staticmethod
+    def _server_state(s: c.Status) -> Metric:
+        # Every state of every server, 1 for the one it is in (a state set, as Prometheus'
+        # docs want an enum): `== 1` picks the state, and an alert matches one server.
+        family = GaugeMetricFamily("dflash_server_state", "1 for the state each server is in, "
+                                   "0 for the others", labels=["server", "state"])
+        for srv in s.servers:
+            for st in c.ServerState:
+                family.add_metric([srv.name, st.value], 1 if srv.state == st else 0)
+        return family
 
     @staticmethod
     def _sglang(s: c.Status) -> Iterator[Metric]:
@@ -287,8 +305,13 @@ class _StatusCollector(Collector):
         yield most
 
 
+def _joules(kwh: float | None) -> float | None:
+    return None if kwh is None else kwh * 3.6e6
+
+
 def render(s: c.Status, totals: tuple[int, int], causes: RestartCauses,
            requests: dict[str, tuple[int, int]]) -> bytes:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(_StatusCollector(s, totals, causes, requests))
+    registry.register(Labelled(_StatusCollector(s, totals, causes, requests),
+                               series_labels(s.job_name, s.partition)))
     return generate_latest(registry)

@@ -9,9 +9,8 @@ off because the job owns SIGTERM/SIGINT (a stop must drain servers, not just clo
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Iterator
+import socket
 
 import anyio
 import uvicorn
@@ -20,7 +19,9 @@ from state.async_store import AsyncStore
 from supervisor.control.actions import Actions, JobParts
 from supervisor.control.app import build_app
 from supervisor.control.hub import Hub, StatusSource
+from supervisor.control.job_server import JobServer
 from supervisor.control.metrics import RestartCauses
+from supervisor.control.metrics_listener import MetricsListener
 from supervisor.control.peer import PeerCredProtocol
 from supervisor.control.socket_file import BoundSocket
 
@@ -34,18 +35,13 @@ logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
 MAX_CONCURRENCY = 256
 
 
-class _Server(uvicorn.Server):
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        # The job's own signal receiver handles SIGTERM/SIGINT; uvicorn must not replace it.
-        yield
-
-
 class ControlServer:
     def __init__(self, job: JobParts, astore: AsyncStore, bound: BoundSocket, interval_s: float,
-                 status: StatusSource) -> None:
-        """`status()` builds the job's contract Status (the job supplies it)."""
+                 status: StatusSource, metrics_sock: socket.socket | None = None) -> None:
+        """`status()` builds the job's contract Status (the job supplies it); `metrics_sock`,
+        bound from control.metrics_listen, serves the app's /metrics alone over TCP."""
         self.job = job
+        self.metrics_sock = metrics_sock
         self.astore = astore
         self.bound = bound
         self.causes = RestartCauses()
@@ -62,8 +58,11 @@ class ControlServer:
                     app, http=PeerCredProtocol, ws="none", lifespan="off", log_config=None,
                     access_log=False, limit_concurrency=MAX_CONCURRENCY, timeout_keep_alive=5,
                     timeout_graceful_shutdown=2, server_header=False)
-                server = _Server(config)
+                server = JobServer(config)
                 tg.start_soon(self.hub.run, name="control hub")
+                if self.metrics_sock is not None:
+                    tg.start_soon(MetricsListener(self.metrics_sock, app).run,
+                                  name="metrics listener")
                 log.info("control socket: %s", self.bound.path)
                 try:
                     await server.serve(sockets=[self.bound.sock])
@@ -71,10 +70,7 @@ class ControlServer:
                     with anyio.CancelScope(shield=True):
                         await self.hub.farewell()  # how this daemon ended, to its readers
                         self.hub.close()           # open event streams end now
-                        if server.started:
-                            server.should_exit = True
-                            with anyio.move_on_after(3):
-                                await server.shutdown(sockets=[self.bound.sock])
+                        await server.stop([self.bound.sock], 3)
                 tg.cancel_scope.cancel()
         finally:
             # Removing the file is a stat and an unlink: off the loop, even while cancelled.

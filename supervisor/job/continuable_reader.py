@@ -5,7 +5,7 @@ Why apart from the snapshot's one store call: the count reads every truncated an
 (its loop flag and token count sit after ~12 KB of answer in overflow pages) and probes its
 stored ids, about 25 us an answer: ~0.7 s at 30K truncated answers, seconds at the seed
 job's 162K. In the store's queue that would hold up every claim and record behind it; on a
-read-only connection of its own in a worker thread it holds up nobody (WAL: readers never
+query-only connection of its own in a worker thread it holds up nobody (WAL: readers never
 block the writer). The snapshot takes the latest figures, at most `refresh_s` old; a change
 in the truncated answers or in those marked to continue (a raise, a continuation finished)
 asks for a new read at once, but never sooner than `gap_factor` times the last read took
@@ -20,8 +20,8 @@ import time
 from pathlib import Path
 
 import anyio
+import sqlite_utils
 
-from state.schema import SchemaError
 from state.store import Store
 from state.token_ids_table import Continuable
 
@@ -49,8 +49,11 @@ class ContinuableReader:
             started = time.monotonic()
             try:
                 self.latest = await anyio.to_thread.run_sync(self._read)
-            except (sqlite3.Error, SchemaError) as exc:
+            except sqlite3.Error as exc:
+                # Said once a refresh at most, however often the figures change meanwhile.
                 log.warning("continuable answers not read: %s", exc)
+                await anyio.sleep(self.refresh_s)
+                continue
             took = time.monotonic() - started
             await anyio.sleep(took * self.gap_factor)
             with anyio.move_on_after(max(0.0, self.refresh_s - took * (1 + self.gap_factor))):
@@ -58,8 +61,14 @@ class ContinuableReader:
             self._wanted = anyio.Event()
 
     def _read(self) -> Continuable:
-        store = Store.open_readonly(self.path)
+        # Opened as the daemon's own store is (read-write file, WAL), then made query-only:
+        # a `mode=ro` connection (Store.open_readonly) failed every read with "disk I/O
+        # error" once a second writer's close had removed the daemon's WAL under it (a test
+        # that wrote the live DB by hand); this one read on through the same test.
+        conn = sqlite3.connect(self.path.absolute().as_uri() + "?mode=rw", uri=True,
+                               check_same_thread=False, isolation_level=None, timeout=30.0)
         try:
-            return store.continuable(EVERY_LIMIT)
+            conn.execute("PRAGMA query_only = ON")
+            return Store(sqlite_utils.Database(conn), self.path).continuable(EVERY_LIMIT)
         finally:
-            store.close()
+            conn.close()

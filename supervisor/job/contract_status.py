@@ -14,6 +14,7 @@ from state.waste_table import TokenLedger
 from supervisor.config import JobConfig
 from supervisor.contract import status as c
 from supervisor.contract.status import flag_value
+from supervisor.control.series_labels import job_name
 from supervisor.dispatch.error_breaker import BreakerSnapshot
 from supervisor.gpu.energy import POWER, UNAVAILABLE, EnergySnapshot
 from supervisor.gpu.snapshot import GpuTelemetry
@@ -170,7 +171,7 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
         partition=str(config.job.partition) if config.job.partition is not None else None,
         stopping=js.stopping, last_reload=js.last_reload, breaker=_breaker(d.breaker, config),
         waste=_waste(ledger, continuation[1] if continuation else None),
-        continuation=continuation[0] if continuation else None)
+        continuation=continuation[0] if continuation else None, job_name=job_name(config))
 
 
 def continuation(figures: Continuable | None, totals: ContinuationTotals

@@ -17,6 +17,7 @@ import functools
 import logging
 import os
 import signal
+import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -33,7 +34,7 @@ from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import PauseSource
 from supervisor.contract.status import Status
-from supervisor.control import socket_file
+from supervisor.control import metrics_listener, socket_file
 from supervisor.control.server import ControlServer
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu import GpuSampler, GpuSource, NvmlSource
@@ -103,6 +104,7 @@ class Job:
         self._reason = "stopped"
         self._status: StatusBuilder | None = None
         self.node_state: NodeState | None = None
+        self.metrics_sock: socket.socket | None = None    # control.metrics_listen's
         self._stop: GracefulStop | None = None
         self._stop_requested = anyio.Event()
         self.reload_lock = anyio.Lock()
@@ -167,9 +169,16 @@ class Job:
         configured = str(self.config.path(c.socket)) if c.socket else ""
         path = socket_file.default_socket_path(configured, self.config.path(self.config.job.state))
         try:
-            return socket_file.bind(path, socket_file.resolve_group(c.group))
+            bound = socket_file.bind(path, socket_file.resolve_group(c.group))
         except socket_file.SocketFileError as exc:
             raise JobError(str(exc)) from None
+        if c.metrics_listen:
+            try:
+                self.metrics_sock = metrics_listener.bind(c.metrics_listen)
+            except metrics_listener.MetricsListenError as exc:
+                bound.close()
+                raise JobError(str(exc)) from None
+        return bound
 
     def _gpu_sampler(self) -> GpuSampler:
         return GpuSampler(self.gpu_source if self.gpu_source is not None else NvmlSource())
@@ -192,6 +201,8 @@ class Job:
         except BaseException:
             with anyio.CancelScope(shield=True):
                 await anyio.to_thread.run_sync(bound.close)
+            if self.metrics_sock is not None:
+                self.metrics_sock.close()
             job_lock.release()
             raise
         astore = AsyncStore(store)
@@ -201,6 +212,8 @@ class Job:
             with anyio.CancelScope(shield=True):
                 # Off the loop: closing the socket file stats and unlinks it.
                 await anyio.to_thread.run_sync(bound.close)
+                if self.metrics_sock is not None:
+                    self.metrics_sock.close()
                 # Checkpointed, out of WAL: the group auditors read a stopped job's DB
                 # without write access to its directory (state/connection.py).
                 await anyio.to_thread.run_sync(store.close_for_readers)
@@ -303,7 +316,7 @@ class Job:
             self.task_group = tg
             tg.start_soon(fleet.run, name="fleet")
             control = ControlServer(self, astore, bound, cfg.control.interval_s,
-                                    self._control_status)
+                                    self._control_status, self.metrics_sock)
             tg.start_soon(control.run, name="control socket")
             tg.start_soon(gpu.run, name="gpu telemetry")
             tg.start_soon(status.continuable.run, name="continuable answers")

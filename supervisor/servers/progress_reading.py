@@ -8,24 +8,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
 
 from supervisor.config import DispatchSection, ServersSection
+from supervisor.servers.dispatcher_view import ServerProgressView
 from supervisor.servers.hang_rule import HANG_MARGIN, ProgressReading
 from supervisor.servers.sglang_monitor import SglangMonitor
 from supervisor.sglang.metrics import metrics_enabled
 
 log = logging.getLogger("supervisor.servers")
-
-
-class ServerProgressView(Protocol):
-    """What the servers read of the dispatcher's progress record for one server
-    (dispatch/dispatch_snapshot.py ServerProgress writes it): declared here, below the
-    dispatcher, so the servers never import it."""
-    in_flight: int
-    completed: int
-    hung: str | None          # set when its streams stalled while it made no token
-    rates: Any                # its completion-rate window (None before the first answer)
 
 
 class ProgressReader:
@@ -58,7 +48,7 @@ class ProgressReader:
 
     def read(self) -> ProgressReading:
         p = self._progress()
-        streams = self._dispatch().stream and hasattr(p, "last_token_at")
+        streams = self._dispatch().stream
         counter = self._monitor.token_counter == "decode"
         times = [t for t in ((p.last_token_at if streams else None), self.tokens_at())
                  if t is not None]
@@ -75,13 +65,13 @@ class ProgressReader:
                             max(derived, self._servers().hang_timeout_s), how)
         return ProgressReading(in_flight=int(p.in_flight), token_at=max(times, default=None),
                                token_signal=streams or counter, completed=int(p.completed),
-                               hung=getattr(p, "hung", None), derived_timeout_s=derived,
+                               hung=p.hung, derived_timeout_s=derived,
                                derived_from=how)
 
     def _derived_timeout(self, p: ServerProgressView) -> tuple[float, str]:
         """The longest answer we ask for at the measured per-stream speed, x HANG_MARGIN;
         the request timeout until a speed is measured."""
-        rates = getattr(p, "rates", None)
+        rates = p.rates
         if rates is not None and p.in_flight > 0 and p.completed != self._speed_completed:
             self._speed_completed = p.completed
             tok_s = rates.snapshot(self._clock()).tok_per_s

@@ -32,9 +32,14 @@ def _tripped() -> c.Status:
                    paused=(c.PauseReason("breaker", REASON),))
 
 
+def _own(labels: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in labels.items() if k not in ("job", "partition")}
+
+
 def _metrics(status: c.Status) -> dict[str, list[tuple[dict[str, str], float]]]:
     text = render(status, (0, 0), RestartCauses(), {}).decode()
-    return {s.name: [(dict(x.labels), x.value) for x in f.samples if x.name == s.name]
+    # job and partition are on every series (tests/control/test_series_labels.py).
+    return {s.name: [(_own(x.labels), x.value) for x in f.samples if x.name == s.name]
             for f in text_string_to_metric_families(text) for s in f.samples}
 
 

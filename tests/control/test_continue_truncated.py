@@ -22,15 +22,17 @@ from supervisor.client.control_client import ControlRefused
 from tests.fixtures import control_daemon as daemon
 from tests.fixtures.state_db import read_db
 
-pytestmark = pytest.mark.slow
+# Daemons on simulated servers, answers of hundreds of tokens: minutes on a busy machine.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 OLD, NEW = 256, 640
 
 
-def _start(directory: Path, prompts: int = 200) -> daemon.Daemon:
+def _start(directory: Path, prompts: int = 200, **dispatch: Any) -> daemon.Daemon:
     """Thinking on (the cut falls inside the trace for most answers), one server."""
     data = daemon.config_dict(directory, servers=1, prompts=prompts,
                               flags={"reasoning-parser": "qwen3"})
+    data.setdefault("dispatch", {}).update(dispatch)
     data["generation"]["enable_thinking"] = True
     data["generation"]["max_tokens"] = OLD
     data["job"]["shard_size"] = 10
@@ -84,18 +86,33 @@ def d(tmp_path: Path) -> Iterator[daemon.Daemon]:
     assert running.stop() == 0, running.log()[-3000:]
 
 
-def test_raise_with_continue_decodes_only_past_the_old_limit(d: daemon.Daemon) -> None:
+def test_raise_with_continue_decodes_only_past_the_old_limit(tmp_path: Path) -> None:
+    directory = tmp_path / "job"
+    # First unstreamed: its truncated answers bring no ids back (as an older daemon's rows):
+    # they are re-run from the start, and said so.
+    first = _start(directory, stream=False)
+    try:
+        _wait(first, "SELECT count(*) FROM prompts WHERE finish_reason = 'length'",
+              lambda n: n >= 2, "truncated answers without ids")
+    finally:
+        assert first.stop() == 0, first.log()[-3000:]
+    d = _start(directory)
+    try:
+        _continue_and_check(d)
+    finally:
+        assert d.stop() == 0, d.log()[-3000:]
+
+
+def _continue_and_check(d: daemon.Daemon) -> None:
     _wait(d, "SELECT count(*) FROM answer_tokens", lambda n: n >= 6, "truncated answers")
     with d.client() as client:
         client.pause("raise max tokens")
     d.wait_status(lambda s: s.job.in_flight == 0, "nothing in flight")
-    # Two answers recorded before ids were kept (an older daemon's rows): re-run from
-    # the start, and said so.
-    older = [r[0] for r in d.query("SELECT prompt_id FROM answer_tokens ORDER BY rowid LIMIT 2")]
-    con = __import__("sqlite3").connect(d.db)
-    con.execute("DELETE FROM answer_tokens WHERE prompt_id IN (?, ?)", older)
-    con.commit()
-    con.close()
+    older = [r[0] for r in d.query(
+        "SELECT id FROM prompts p WHERE finish_reason = 'length' AND status = 'done' AND "
+        "coalesce(loop, 0) = 0 AND "
+        "NOT EXISTS (SELECT 1 FROM answer_tokens t WHERE t.prompt_id = p.id)")]
+    assert older
     stored = {pid: unpack_ids(blob) for pid, blob in d.query(
         "SELECT prompt_id, output_ids FROM answer_tokens")}
     truncated = d.query("SELECT count(*) FROM prompts WHERE finish_reason = 'length' "
@@ -104,12 +121,12 @@ def test_raise_with_continue_decodes_only_past_the_old_limit(d: daemon.Daemon) -
         result = client.set_max_tokens(NEW, continue_truncated=True)
         client.resume()
     assert (result.old, result.new) == (OLD, NEW)
-    assert result.continued == len(stored) and result.from_scratch == 2
+    assert result.continued == len(stored) and result.from_scratch == len(older)
     assert result.continued + result.from_scratch == truncated
     assert result.tokens_kept == OLD * len(stored)
-    # The prompts continued and re-run are the first to go out again.
-    _wait(d, "SELECT count(*) FROM prompts WHERE status = 'done' AND max_tokens = "
-          f"{NEW}", lambda n: n >= len(stored) + 2, "the continued answers done", 180)
+    # The continued prompts are the first to go out again.
+    _wait(d, "SELECT count(*) FROM prompts WHERE status = 'done' AND continued_from = "
+          f"{OLD}", lambda n: n >= len(stored), "the continued answers done", 300)
     for pid, before in stored.items():
         ((content, reasoning, finish, tokens, continued_from),) = d.query(
             "SELECT content, reasoning_content, finish_reason, completion_tokens, "
@@ -133,7 +150,7 @@ def test_raise_with_continue_decodes_only_past_the_old_limit(d: daemon.Daemon) -
         (len(stored), OLD * len(stored))]
     event = json.loads(d.query("SELECT detail FROM events WHERE kind = 'continue_truncated'")
                        [0][0])
-    assert (event["continued"], event["from_scratch"]) == (len(stored), 2)
+    assert (event["continued"], event["from_scratch"]) == (len(stored), len(older))
     # The requeue trigger left the continued answers out of the waste ledger.
     assert {r[0] for r in d.query("SELECT prompt_id FROM waste WHERE cause = 'requeue'")} \
         == set(older)
@@ -222,3 +239,20 @@ def test_requests_in_flight_at_the_raise_are_continued_when_they_end_truncated(
                         "t.prompt_id = p.id WHERE p.continued_from IS NOT NULL "
                         "OR t.continuing = 1")[0][0]
     assert result.continued is not None and continued > result.continued
+
+
+def test_continue_is_refused_unstreamed_where_no_ids_come_back(tmp_path: Path) -> None:
+    d = _start(tmp_path / "job", stream=False)
+    try:
+        _wait(d, "SELECT count(*) FROM prompts WHERE finish_reason = 'length'",
+              lambda n: n >= 1, "a truncated answer")
+        # Unstreamed answers bring no ids: nothing is kept.
+        assert d.query("SELECT count(*) FROM answer_tokens") == [(0,)]
+        with d.client() as client, pytest.raises(ControlRefused) as refused:
+            client.set_max_tokens(NEW, continue_truncated=True)
+        assert "dispatch.stream is false" in str(refused.value)
+        with d.client() as client:
+            assert client.status().max_tokens == OLD
+            assert client.set_max_tokens(NEW, requeue_truncated=True).requeued
+    finally:
+        assert d.stop() == 0, d.log()[-3000:]

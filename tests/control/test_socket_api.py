@@ -15,6 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from supervisor.client.control_client import ControlRefused
 from supervisor.contract import status as c
 from tests.fixtures import control_daemon as daemon
+from tests.fixtures.raw_http import exchange
 
 pytestmark = pytest.mark.slow
 
@@ -28,23 +29,10 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[daemon.Daemon]:
 
 def raw(d: daemon.Daemon, data: bytes, timeout_s: float = 5.0) -> bytes:
     """Send bytes as they are; read the answer until the daemon closes or goes quiet."""
-    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    s.settimeout(timeout_s)
-    s.connect(d.socket)
-    try:
-        s.sendall(data)
-        chunks = []
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except (TimeoutError, ConnectionResetError):
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return b"".join(chunks)
-    finally:
-        s.close()
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.settimeout(timeout_s)
+        s.connect(d.socket)
+        return exchange(s, data, timeout_s)
 
 
 def request(d: daemon.Daemon, method: str, path: str, body: bytes = b"",

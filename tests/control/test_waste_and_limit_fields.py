@@ -56,7 +56,8 @@ def test_metrics_carry_waste_by_cause_goodput_and_the_limits() -> None:
     wasted = {x.labels["cause"]: x.value for x in families["dflash_wasted_tokens"].samples}
     assert wasted == {"crash": 0, "stop": 5_000, "loop": 80_000, "stall": 6_000,
                       "retry": 9_000, "requeue": 0}
-    assert "dflash_wasted_tokens_total{cause=\"loop\"} 80000.0" in text
+    assert ('dflash_wasted_tokens_total{cause="loop",job="dflash",partition="0/1"} 80000.0'
+            in text)
     assert families["dflash_goodput_ratio"].samples[0].value == 0.9
     assert families["dflash_kept_tokens"].samples[0].value == 900_000
     limits = {x.labels["server"]: x.value for x in families["dflash_server_inflight_limit"].samples}

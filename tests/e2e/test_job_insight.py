@@ -61,9 +61,9 @@ async def test_eta_loops_and_energy_reach_every_reader(tmp_path):
 
     text = render(status, (final.done, final.failed), RestartCauses(), {}).decode()
     families = {f.name: f for f in text_string_to_metric_families(text)}
-    for name in ("dflash_eta_low_seconds", "dflash_eta_high_seconds", "dflash_energy_kwh",
+    for name in ("dflash_eta_low_seconds", "dflash_eta_high_seconds", "dflash_energy_used_joules",
                  "dflash_energy_joules_per_token", "dflash_truncation_loop_ratio",
                  "dflash_gpu_energy_joules", "dflash_server_tokens_per_joule"):
         assert name in families, sorted(families)
-    [kwh] = families["dflash_energy_kwh"].samples
-    assert kwh.value == pytest.approx(status.energy.kwh_so_far)
+    [used] = families["dflash_energy_used_joules"].samples
+    assert used.value == pytest.approx(status.energy.kwh_so_far * 3.6e6)

@@ -15,8 +15,9 @@ from supervisor.config.live_settings import LiveSettings
 from supervisor.dispatch.dispatch_snapshot import ServerProgress
 from supervisor.dispatch.rate_window import CompletionRateWindow
 from supervisor.servers.exit_classifier import Trigger
+from supervisor.servers.fleet_context import FleetContext
 from supervisor.servers.hang_rule import HangRule, ProgressReading
-from supervisor.servers.managed_server import FleetContext, ManagedServer
+from supervisor.servers.managed_server import ManagedServer
 from supervisor.servers.process_launcher import ProcessLauncher
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
@@ -132,7 +133,7 @@ async def test_unstreamed_without_metrics_derives_the_timeout_from_the_speed(
         tmp_path: Path) -> None:
     d = Dispatcher()
     server = _server(tmp_path, d, DispatchSection(stream=False))
-    r = server.progress_reader.read()
+    r = server.ready.progress_reader.read()
     assert not r.token_signal
     # No speed measured yet: the request timeout.
     assert r.derived_timeout_s == DispatchSection().request_timeout_s
@@ -140,18 +141,18 @@ async def test_unstreamed_without_metrics_derives_the_timeout_from_the_speed(
     assert d.p.rates is not None
     d.p.rates.add(time.time(), 10, 200 * 60)
     d.p.completed = 10
-    r = server.progress_reader.read()
+    r = server.ready.progress_reader.read()
     assert r.derived_timeout_s is not None and abs(r.derived_timeout_s - 40.0) < 2.0
     # A hang stops the completions: the speed is kept, the timeout does not stretch.
     d.p.rates = CompletionRateWindow(60.0, time.time() - 60)
-    r = server.progress_reader.read()
+    r = server.ready.progress_reader.read()
     assert r.derived_timeout_s is not None and abs(r.derived_timeout_s - 40.0) < 2.0
 
 
 async def test_streamed_is_a_token_signal(tmp_path: Path) -> None:
     d = Dispatcher()
     d.p.last_token_at = 12.5
-    r = _server(tmp_path, d, DispatchSection(stream=True)).progress_reader.read()
+    r = _server(tmp_path, d, DispatchSection(stream=True)).ready.progress_reader.read()
     assert r.token_signal and r.token_at == 12.5 and r.derived_timeout_s is None
 
 

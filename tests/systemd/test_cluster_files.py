@@ -14,9 +14,11 @@ import pytest
 import yaml
 
 from supervisor.config import Partition, parse_config
+from supervisor.config.listen_address import parse_listen
 from supervisor.prompts.prompt_import import partition_of
 from tests.fixtures import REPO
 from tests.fixtures.node_config import node_config
+from tests.fixtures.ports import free_port
 from tests.fixtures.real_prompts import write_jsonl
 
 SBATCH = REPO / "systemd" / "slurm" / "dflash-supervisor.sbatch"
@@ -40,6 +42,9 @@ def test_sbatch_script_is_valid_bash_and_asks_for_what_the_daemon_needs():
     assert d["gres"].startswith("gpu:")
     assert re.fullmatch(r"B:TERM@\d+", d["signal"])        # SIGTERM to the (exec'd) daemon
     assert "requeue" in d and "exclusive" in d
+    # The metrics listener is on for every node unless exported otherwise (empty: off).
+    assert 'DFLASH_METRICS_LISTEN="${DFLASH_METRICS_LISTEN-0.0.0.0:9464}"' in text
+    assert re.search(r"^export .*\bDFLASH_METRICS_LISTEN\b", text, re.M)
     run_line = [l for l in text.splitlines() if l.startswith("exec ")]
     assert run_line == ['exec "$DFLASH_BIN" run --config "$DFLASH_CONFIG" --workdir "$DFLASH_WORKDIR"']
 
@@ -54,16 +59,19 @@ def test_sbatch_script_runs_one_array_task_of_a_real_job(tmp_path: Path):
     config = node_config(tmp_path / "shared" / "job.toml", prompts=prompts, output=str(output),
                          backup_interval_s=0)
     bindir = Path(sys.executable).parent
+    metrics_port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
     env.update({"SLURM_JOB_ID": "1001", "SLURM_ARRAY_JOB_ID": "1000", "SLURM_ARRAY_TASK_ID": "1",
                 "SLURM_ARRAY_TASK_COUNT": "3", "SLURM_ARRAY_TASK_MIN": "0",
                 "SLURM_ARRAY_TASK_MAX": "2", "TMPDIR": str(tmp_path / "node-local"),
                 "DFLASH_CONFIG": str(config), "DFLASH_BIN": str(bindir / "dflash-supervisor"),
+                "DFLASH_METRICS_LISTEN": f"127.0.0.1:{metrics_port}",
                 "PATH": f"{bindir}:{env.get('PATH', '')}"})
     (tmp_path / "node-local").mkdir()
     proc = subprocess.run(["bash", str(SBATCH)], env=env, capture_output=True, text=True,
                           timeout=180, stdin=subprocess.DEVNULL)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"metrics listener: http://127.0.0.1:{metrics_port}/metrics" in proc.stdout + proc.stderr
     workdir = tmp_path / "node-local" / "dflash-1000-1"
     assert (workdir / "job.db").is_file() and (workdir / "logs").is_dir()
     shards = sorted((output / "part-0001-of-0003").glob("shard-*.jsonl"))
@@ -123,3 +131,28 @@ def test_indexed_job_manifest_names_what_the_daemon_reads():
 def test_manifest_exit_2_fails_the_index_instead_of_retrying():
     rules = _manifest()["Job"]["spec"]["podFailurePolicy"]["rules"]
     assert any(r["action"] == "FailIndex" and 2 in r["onExitCodes"]["values"] for r in rules)
+
+
+def test_manifest_serves_metrics_on_a_named_port_prometheus_finds():
+    import tomllib
+    docs = _manifest()
+    template = docs["Job"]["spec"]["template"]
+    (c,) = template["spec"]["containers"]
+    raw = tomllib.loads(docs["ConfigMap"]["data"]["job.toml"])
+    cfg = parse_config(raw, env={"JOB_COMPLETION_INDEX": "0", "DFLASH_PARTITION_COUNT": "4"})
+    address = parse_listen(cfg.control.metrics_listen)
+    assert address.host == "0.0.0.0"         # reachable from the cluster's Prometheus
+    [port] = [p for p in c["ports"] if p["name"] == "metrics"]
+    assert port["containerPort"] == address.port
+    notes = template["metadata"]["annotations"]
+    assert notes["prometheus.io/scrape"] == "true"
+    assert int(notes["prometheus.io/port"]) == address.port
+    assert notes["prometheus.io/path"] == "/metrics"
+    # The Prometheus Operator's PodMonitor, commented out at the end (it needs the CRDs).
+    text = MANIFEST.read_text()
+    block = text[text.index("# apiVersion: monitoring.coreos.com/v1"):]
+    monitor = yaml.safe_load("\n".join(line[2:] for line in block.splitlines()))
+    assert monitor["kind"] == "PodMonitor"
+    assert monitor["spec"]["selector"]["matchLabels"] == template["metadata"]["labels"]
+    [endpoint] = monitor["spec"]["podMetricsEndpoints"]
+    assert endpoint["port"] == "metrics" and endpoint["honorLabels"] is True

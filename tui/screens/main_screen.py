@@ -50,7 +50,7 @@ TINY_ROWS = 27      # 80x24: the charts lose another row
 class MainScreen(Screen[None]):
     BINDINGS = [
         Binding("m", "max_tokens", "max tok",
-                tooltip="set max tokens live; continue (or requeue) the truncated answers"),
+                tooltip="set max tokens live; continue or requeue truncated answers"),
         Binding("u", "requeue", "requeue",
                 tooltip="requeue prompts truncated under a lower limit (confirm)"),
         Binding("U", "requeue_with_loops", "requeue + loops", show=False,
