@@ -83,12 +83,12 @@ def model_input(body: Mapping[str, Any], messages: list[Any], thinking: bool) ->
         except TokenError as exc:
             raise InputError(str(exc), "Bad Request") from None
         return ModelInput(canonical_messages(messages), thinking, ids, 0, previous)
-    ids = _int_list(raw_ids)
-    if ids is None:
+    given = _int_list(raw_ids)
+    if given is None:
         raise InputError("input_ids must be a non-empty list of non-negative integers",
                          "Bad Request")
     try:
-        decoded = decode_input(ids)
+        decoded = decode_input(given)
     except TokenError as exc:
         raise InputError(str(exc)) from None
-    return ModelInput(decoded.messages, decoded.thinking, ids, len(decoded.output), previous)
+    return ModelInput(decoded.messages, decoded.thinking, given, len(decoded.output), previous)

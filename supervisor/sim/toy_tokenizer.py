@@ -111,7 +111,7 @@ def message_text(message: Any) -> str:
     return ""
 
 
-def canonical_messages(messages: list[Any]) -> list[dict[str, str]]:
+def canonical_messages(messages: list[Any]) -> list[dict[str, Any]]:
     """What of the messages reaches the model: role and text (the template drops the rest)."""
     return [{"role": m.get("role") if isinstance(m, dict) else None,
              "content": message_text(m)} for m in messages]

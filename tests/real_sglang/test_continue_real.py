@@ -134,8 +134,8 @@ async def test_a_job_raised_from_32_to_64_with_continue_matches_greedy_runs(
                 (blob,) = query(cfg, "SELECT output_ids FROM answer_tokens WHERE prompt_id = ?",
                                 pid)[0]
                 lines.append(await anyio.to_thread.run_sync(
-                    lambda: _check_one(server.port, server.model, json.loads(messages), before,
-                                       unpack_ids(blob), content)))
+                    _check_one, server.port, server.model, json.loads(messages), before,
+                    unpack_ids(blob), content))
         finally:
             server.stop()
     print(f"continued answers vs greedy from-scratch runs: {lines}")
