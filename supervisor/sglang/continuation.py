@@ -85,10 +85,16 @@ def stitch(stored: StoredAnswer, part: Completion, part_ids: list[int], text: st
     """The whole answer from the stored one and the new part (`text`: all ids decoded)."""
     content, reasoning = split_answer(text, thinking)
     ids = stored.ids
+    # SGLang's scheduler counts a request's reasoning tokens until it samples `</think>`
+    # itself; a `</think>` in the input (a continuation cut after the thought ended) is not
+    # seen, so every token of such a part is counted as reasoning. The thought's length is
+    # then what the stored answer already had.
+    reasoning_tokens = stored.reasoning_tokens + (part.reasoning_tokens if ids.in_reasoning
+                                                  else 0)
     whole = replace(part, content=content, reasoning_content=reasoning,
                     prompt_tokens=len(ids.prompt_ids),
                     completion_tokens=len(ids.output_ids) + part.completion_tokens,
-                    reasoning_tokens=stored.reasoning_tokens + part.reasoning_tokens)
+                    reasoning_tokens=reasoning_tokens)
     tokens = TokenIds(ids.prompt_ids, (*ids.output_ids, *part_ids),
                       in_reasoning=thinking and THINK_END not in text, parts=ids.parts + 1)
     return whole, tokens

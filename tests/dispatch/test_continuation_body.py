@@ -67,6 +67,17 @@ def test_the_stitched_answer_adds_the_parts_and_reads_the_parsers_state_off_the_
     assert again.in_reasoning
 
 
+def test_a_part_after_the_thought_ended_adds_no_reasoning_tokens():
+    """SGLang counts a part's tokens as reasoning until it samples `</think>` itself
+    (scheduler's reasoning-token count); a part that starts after the thought ended counts
+    all its tokens so, and the whole answer's thought is what the stored part had."""
+    part = Completion(content="x", reasoning_content=None, finish_reason="stop",
+                      prompt_tokens=9, completion_tokens=3, reasoning_tokens=3)
+    whole, _ = stitch(_stored(False), part, [200, 201, 202],
+                      "<think>\nthought\n</think>\n\nThe answer.", thinking=True)
+    assert (whole.completion_tokens, whole.reasoning_tokens) == (7, 4)
+
+
 def test_sampling_that_restarts_with_a_continuation_is_named(tmp_path):
     (tmp_path / "generation_config.json").write_text(
         json.dumps({"temperature": 0.6, "repetition_penalty": 1.05}))
