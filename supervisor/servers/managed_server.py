@@ -37,7 +37,7 @@ from supervisor.servers.exit_classifier import (
     ExitReason,
     Trigger,
     classify,
-    describe_returncode,
+    describe_unasked_exit,
 )
 from supervisor.servers.hang_rule import HangRule, LifeProgress
 from supervisor.servers.launch_command import ServerSpec, build_argv, build_env, max_running
@@ -409,7 +409,7 @@ class ManagedServer:
         while True:
             if await has_exited(proc):
                 return Failure(Trigger.EXITED,
-                               f"{describe_returncode(proc.returncode)} while starting")
+                               f"{describe_unasked_exit(proc.returncode)} while starting")
             req = self._take_request()
             if req is not None and req.kind == "restart":
                 return req
@@ -532,7 +532,7 @@ class ManagedServer:
             while not serve_done.is_set():
                 if await has_exited(proc):
                     return Failure(Trigger.EXITED,
-                                   f"{describe_returncode(proc.returncode)} while draining")
+                                   f"{describe_unasked_exit(proc.returncode)} while draining")
                 with anyio.move_on_after(self.ctx.exit_poll_s):
                     await serve_done.wait()
             return None
@@ -570,11 +570,12 @@ class ManagedServer:
                                    "an operator", **detail)
             return
         life = self._life_progress
-        served = life is not None and life.span_s >= self.servers.served_after_s
+        served = life is not None and life.served(self.servers.served_after_s)
         decision = self.policy.record_failure(self.ctx.monotonic(), served=served)
         detail["failures_in_window"] = decision.failures_in_window
         detail["unserved_in_row"] = decision.unserved_in_row
         detail["served_s"] = round(life.span_s, 1) if life is not None else 0.0
+        detail["answered"] = life.answered if life is not None else 0
         if decision.give_up:
             await self._transition(
                 S.FAILED, f"{reason}; {decision.reason}, waiting for an operator", **detail)

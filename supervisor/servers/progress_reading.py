@@ -44,12 +44,21 @@ class ProgressReader:
         self._stream_speed: float | None = None
         self._speed_completed: int | None = None
         self._said = False
+        self._answered_before = 0   # the server's answers before this READY life
 
     def new_life(self, argv: Sequence[str]) -> None:
         """A READY life begins: where it has no token signal at all, say so now."""
         self._argv, self._said = argv, False
+        self._answered_before = self._answered()
         if not self._dispatch().stream and not metrics_enabled(argv):
             self.read()
+
+    def _answered(self) -> int:
+        try:
+            return int(getattr(self._progress(), "answered", 0))
+        except LookupError:
+            # No record yet: the dispatcher makes it at its first ask, so none answered.
+            return 0
 
     def tokens_at(self) -> float | None:
         """When SGLang's decode-token counter last moved (monotonic), where it has one."""
@@ -76,7 +85,8 @@ class ProgressReader:
         return ProgressReading(in_flight=int(p.in_flight), token_at=max(times, default=None),
                                token_signal=streams or counter, completed=int(p.completed),
                                hung=getattr(p, "hung", None), derived_timeout_s=derived,
-                               derived_from=how)
+                               derived_from=how,
+                               answered=int(getattr(p, "answered", 0)) - self._answered_before)
 
     def _derived_timeout(self, p: ServerProgressView) -> tuple[float, str]:
         """The longest answer we ask for at the measured per-stream speed, x HANG_MARGIN;

@@ -8,9 +8,9 @@ crash restarts quickly after the next.
 The window alone cannot stop a loop whose failures are slow to see: a server that hangs
 after every restart is found hung only `hang_timeout_s` later (10 minutes by default), so
 five failures never fit in half an hour and it would restart forever. So the policy also
-counts the lives in a row that ended in failure without serving (no token progress
-sustained over `served_after_s`: hang_rule.py LifeProgress): a hang loop and a crash loop
-both reach FAILED after `max_unserved_failures` of them, however slowly each is detected,
+counts the lives in a row that ended in failure without serving (no answer completed, and
+no token progress sustained over `served_after_s`: hang_rule.py LifeProgress): a hang loop
+and a crash loop both reach FAILED after `max_unserved_failures` of them, however slowly each is detected,
 while a server that served for hours between two failures starts the count again.
 """
 
@@ -85,7 +85,7 @@ class RestartPolicy:
                                    f"{n} failures within {self.window_s:g} s")
         if self.max_unserved and k >= self.max_unserved:
             return RestartDecision(True, 0.0, n, k,
-                                   f"{k} lives in a row failed without serving")
+                                   f"{k} lives in a row failed before completing an answer")
         # A slow loop still backs off more each time: by whichever count is higher.
         return RestartDecision(False, self.delay_for(max(n, k)), n, k)
 

@@ -28,6 +28,9 @@ class JobProgress(StatusText):
         tail = Text(f" {j.done:,}/{j.total:,} {100 * frac:5.1f}%  ETA ")
         if j.finished:
             tail.append("done", style="bold green")
+        elif s.eta.held:
+            # Nothing is generated: a countdown from the last rate would be false.
+            tail.append(f"on hold ({s.eta.held})", style="bold yellow")
         else:
             tail.append(duration(s.eta.seconds, "?"), style="bold")
             if s.eta.low_s is not None and s.eta.high_s is not None:
