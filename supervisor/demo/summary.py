@@ -51,7 +51,27 @@ def server_line(f: ServerFailures) -> str:
              f"restarted {restarts} time{'s' if restarts != 1 else ''}"
     if f.gave_up:
         counts += f", then FAILED ({f.gave_up})"
-    return f"{f.name}: {counts}; last cause: {f.cause}"
+    return f"{f.name}: {counts}"
+
+
+def failure_lines(failures: list[ServerFailures]) -> list[str]:
+    """A line per server, then each last cause once with the servers it ended: eight servers
+    that died of one driver fault get its words once, not eight times."""
+    lines = [server_line(f) for f in failures]
+    causes: dict[str, list[str]] = {}
+    for f in failures:
+        causes.setdefault(compact_cause(f.cause), []).append(f.name)
+    lines += [f"last cause ({', '.join(names)}): {cause}" for cause, names in causes.items()]
+    return lines
+
+
+def compact_cause(cause: str) -> str:
+    """"crash: killed by signal 9 (SIGKILL) after: <SGLang's line>" -> "crash: <SGLang's
+    line>": SGLang kills its own tree after such a line, so the signal adds nothing here (the
+    event and the log keep it)."""
+    kind, sep, rest = cause.partition(": ")
+    said = rest.partition(" after: ")[2]
+    return f"{kind}: {said}" if sep and said else cause
 
 
 def summary_lines(result: Any, where: str, wall_s: float, failures: list[ServerFailures],
@@ -71,7 +91,7 @@ def summary_lines(result: Any, where: str, wall_s: float, failures: list[ServerF
         total = sum(f.failures for f in failures)
         lines.append(f"      server failures this run: {total} (as audit_restarts counts them; "
                      "full tracebacks in logs/NAME.log)")
-        lines += [f"        {server_line(f)}" for f in failures]
+        lines += [f"        {line}" for line in failure_lines(failures)]
     if uploads is not None:
         lines.append(f"      uploads: {uploads}")
     lines.append(f"      shards in {where}")

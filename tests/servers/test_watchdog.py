@@ -179,3 +179,26 @@ async def test_a_reloaded_hang_timeout_applies_within_the_same_life() -> None:
             while decision.outcome is None:
                 await anyio.sleep(0.02)
         tg.cancel_scope.cancel()
+
+
+async def test_a_life_that_completed_answers_served_however_short(tmp_path: Path) -> None:
+    """Ten seconds of tokens with answers done is a served life; without answers it is not."""
+    d = Dispatcher()
+    d.p.answered = 7                    # the last life's answers are not this one's
+    server = _server(tmp_path, d, DispatchSection(stream=True))
+    server.progress_reader.new_life(())
+    rule = HangRule(started_at=0.0)
+    d.p.last_token_at = 1.0
+    rule.observe(server.progress_reader.read(), 1.0, 600.0)
+    d.p.last_token_at = 11.0
+    rule.observe(server.progress_reader.read(), 11.0, 600.0)
+    assert rule.life.answered == 0 and rule.life.span_s == 10.0
+    assert not rule.life.served(SERVERS.served_after_s)
+    d.p.answered = 10
+    rule.observe(server.progress_reader.read(), 11.5, 600.0)
+    assert rule.life.answered == 3 and rule.life.served(SERVERS.served_after_s)
+    # Five such lives in a row do not make a failure loop: the policy's count starts again.
+    policy = RestartPolicy.from_config(SERVERS)
+    decisions = [policy.record_failure(float(i), served=rule.life.served(300.0))
+                 for i in range(5)]
+    assert [d.unserved_in_row for d in decisions] == [0] * 5
