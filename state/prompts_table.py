@@ -154,17 +154,25 @@ class PromptsTable(StoreConnection):
         else:
             raise TypeError(f"not an outcome: {o!r}")
 
-    def requeue_truncated(self, below_max_tokens: int, include_loops: bool = False) -> int:
+    def requeue_truncated(self, below_max_tokens: int, include_loops: bool = False,
+                          at_most: int | None = None) -> int:
         """Done prompts cut off (finish_reason 'length') at a max_tokens below the given one
         go back to pending. Their result and shard stay until the new result replaces them,
         so the output never loses a line meanwhile. Degenerate loops stay unless
-        `include_loops`: a looping model loops again, at twice the cost."""
+        `include_loops`: a looping model loops again, at twice the cost. `at_most`: the
+        count an operator was shown; the earliest finished that many go, so answers cut off
+        while the operator read the dialog do not make the count a different number."""
+        where = ("WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
+                 + ("" if include_loops else " AND coalesce(loop, 0) = 0"))
         with self._tx() as conn:
-            n = conn.execute(
-                "UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
-                "WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
-                + ("" if include_loops else " AND coalesce(loop, 0) = 0"),
-                (below_max_tokens,)).rowcount
+            if at_most is None:
+                n = conn.execute("UPDATE prompts INDEXED BY prompts_truncated "
+                                 "SET status = 'pending' " + where, (below_max_tokens,)).rowcount
+            else:
+                n = conn.execute(
+                    "UPDATE prompts SET status = 'pending' WHERE rowid IN (SELECT rowid FROM "
+                    f"prompts INDEXED BY prompts_truncated {where} ORDER BY finished_at, rowid "
+                    "LIMIT ?)", (below_max_tokens, max(0, at_most))).rowcount
             self._move(conn, DONE, PENDING, n)
         return n
 

@@ -68,9 +68,10 @@ class ControlCalls(ABC):
     async def log(self, server: str, lines: int = 200) -> LogTail:
         return await self.call(api.LOG, LogRequest(server, lines))
 
-    async def set_max_tokens(self, value: int, *,
-                             requeue_truncated: bool = False) -> MaxTokensResult:
-        return await self.call(api.MAX_TOKENS, MaxTokensRequest(value, requeue_truncated))
+    async def set_max_tokens(self, value: int, *, requeue_truncated: bool = False,
+                             requeue_at_most: int | None = None) -> MaxTokensResult:
+        return await self.call(api.MAX_TOKENS, MaxTokensRequest(value, requeue_truncated,
+                                                                requeue_at_most))
 
     async def requeue_truncated(self, *, include_loops: bool = False) -> RequeueResult:
         return await self.call(api.REQUEUE_TRUNCATED, RequeueTruncatedRequest(include_loops))

@@ -35,6 +35,9 @@ class LogTail(Record):
 class MaxTokensRequest(Record):
     value: int
     requeue_truncated: bool = False   # also re-run what was truncated under a lower limit
+    # The count the caller showed (its status snapshot's `job.truncated`): no more than that
+    # many are requeued, the earliest finished, so the number shown is the number requeued.
+    requeue_at_most: int | None = None
 
 
 @dataclass(frozen=True)
