@@ -10,7 +10,7 @@ req/s, bad share, ETA, servers and any alarm stay. Only a line that still does n
 
 from __future__ import annotations
 
-from supervisor.contract.figure_text import duration, truncation
+from supervisor.contract.figure_text import duration, pause_text, truncation
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
 
@@ -86,7 +86,7 @@ def _fields(s: JobStatus, daemon: bool = True) -> dict[str, list[str]]:
         if u.stopped:
             f["uploads"] = [f"UPLOADS STOPPED: {u.stopped}"]
     if s.dispatch.paused:
-        f["paused"] = ["PAUSED: " + "; ".join(s.dispatch.paused.values())]
+        f["paused"] = ["; ".join(pause_text(k, v) for k, v in s.dispatch.paused.items())]
     if s.servers and all(srv.state is ServerState.FAILED for srv in s.servers):
         f["all_failed"] = ["EVERY SERVER FAILED: `dflash-supervisor ctl reset NAME` to start "
                            "one again" if daemon else "EVERY SERVER FAILED"]

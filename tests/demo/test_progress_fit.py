@@ -65,7 +65,7 @@ def test_an_alarm_is_never_dropped_and_a_too_long_one_is_cut_visibly(tmp_path: P
     s = mid_job(tmp_path)
     paused = replace(s, dispatch=replace(s.dispatch, paused={"operator": "x" * 200}))
     line = progress_line(paused, width=79)
-    assert len(line) == 79 and line.endswith("…") and "PAUSED: xxx" in line
+    assert len(line) == 79 and line.endswith("…") and "PAUSED (operator): xx" in line
     stopping = progress_line(replace(s, stopping="draining: SIGTERM"), width=79)
     assert stopping.startswith("DRAINING: SIGTERM") and len(stopping) <= 79
 
