@@ -159,9 +159,8 @@ class ServersSection:
     max_unserved_failures: int = key(5, "... or this many lives in a row ended in failure without "
                                      "serving: FAILED (0: never); a hang seen only after "
                                      "`hang_timeout_s` never fills the window above")
-    served_after_s: float = key(300.0, "a life served when it completed an answer, or when its "
-                                "token progress lasted this long (it starts the unserved "
-                                "count again)")
+    served_after_s: float = key(300.0, "a life served when its token progress lasted this long "
+                                "(it starts the unserved count again)")
     launcher: str = key("auto", "who runs the server processes: `process` (the daemon's own "
                         "children, each in a session of its own), `systemd` (a "
                         "`dflash-sglang@` unit per server, so a daemon restart leaves them "

@@ -49,7 +49,6 @@ from supervisor.contract.pause_sources import LIFTABLE, PauseSource
 from supervisor.contract.status import flag_value
 from supervisor.control.peer import actor_of
 from supervisor.dispatch.dispatcher import Dispatcher
-from supervisor.servers.attached_server import AttachedServer, refusal
 from supervisor.servers.fleet import Fleet, RollBusy, RollingResult, RollTicket
 
 log = logging.getLogger("supervisor.control")
@@ -103,11 +102,12 @@ class Actions:
             raise Refused(404, f"no server named {name!r} (have {', '.join(self.fleet.servers)})")
 
     def check_own(self, name: str, action: str) -> None:
-        """An attached server (servers.attach) is never restarted, retuned or reset here."""
+        """An attached server (servers.attach) is never restarted, retuned or reset here:
+        its kind says so (servers/server_kind.py)."""
         self.check_server(name)
-        server = self.fleet.servers[name]
-        if isinstance(server, AttachedServer):
-            raise Refused(409, refusal(name, server.target.url, action))
+        why = self.fleet.servers[name].refusal(action)
+        if why is not None:
+            raise Refused(409, why)
 
     async def audit(self, action: str, caller: c.Caller | None, request: Any,
                     result: Any) -> None:

@@ -1,8 +1,10 @@
 """A server the daemon did not launch (`servers.attach`: SGLang run as a Slurm job or a pod of
-its own), supervised through the same READY life as the daemon's own servers: health probes,
-the token-progress hang rule, per-request stall and wait aborts by rid, slots from
-/server_info, the saturation guard, events and status. What differs is only what the daemon
-may do to it: nothing. It is never launched, restarted or stopped.
+its own), supervised through the same READY life (ready_life.py) as the daemon's own
+servers: health probes, the token-progress hang rule, per-request stall and wait aborts by
+rid, slots from /server_info, the saturation guard, events and status. What differs is its
+life cycle (ATTACHED_TRANSITIONS, below) and what the daemon may do to it: nothing. It is
+never launched, restarted, retuned, reset or stopped (`refusal` says so to the fleet and
+the control socket).
 
     STOPPED ─▶ STARTING ─▶ READY ◀──▶ GONE          (STOPPED again when the daemon stops)
 
@@ -23,7 +25,7 @@ from __future__ import annotations
 import logging
 import socket
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import anyio
 
@@ -31,13 +33,12 @@ from supervisor.config import ServersSection
 from supervisor.config.attach_urls import AttachTarget
 from supervisor.config.live_settings import LiveSettings
 from supervisor.servers.exit_classifier import Trigger
-from supervisor.servers.launch_command import ServerSpec
-from supervisor.servers.managed_server import FleetContext, ManagedServer
-from supervisor.servers.process_group import ServerProcess
-from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.fleet_context import FleetContext
+from supervisor.servers.ready_life import LifeEnds, ReadyLife
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ATTACHED_TRANSITIONS, ServerSnapshot, ServerState
-from supervisor.servers.watchers import Decision, Failure
+from supervisor.servers.transitions import Transitions
+from supervisor.servers.watchers import Decision, Failure, Request
 from supervisor.sglang.health import NOT_LISTENING, probe
 
 log = logging.getLogger("supervisor.servers")
@@ -64,15 +65,6 @@ def refusal(name: str, url: str, action: str) -> str:
             f"{action}s it; {action} it where it runs (its Slurm job or pod)")
 
 
-@dataclass(frozen=True)
-class AttachedSpec(ServerSpec):
-    url: str = ""
-
-    @property
-    def base_url(self) -> str:
-        return self.url
-
-
 def refused_or_unreachable(host: str, port: int, timeout_s: float) -> str | None:
     """Why the port cannot be reached (refused, no route, no such host), or None when it
     accepts a connection or only timed out (a busy or distant server: the health rule
@@ -88,15 +80,22 @@ def refused_or_unreachable(host: str, port: int, timeout_s: float) -> str | None
         return f"connection to {host}:{port} failed: {exc.strerror or exc}"
 
 
-class AttachedServer(ManagedServer):
-    TRANSITIONS = ATTACHED_TRANSITIONS
-    restartable = False
-
+class AttachedServer:
     def __init__(self, target: AttachTarget, live: LiveSettings, ctx: FleetContext,
-                 server_log: ServerLog, policy: RestartPolicy) -> None:
+                 server_log: ServerLog) -> None:
         self.target = target
-        super().__init__(target.name, (), target.port, live, ctx, server_log, policy)
+        self.name = target.name
+        self.live = live
+        live.add_server(self.name)
+        self.ctx = ctx
+        self.log = server_log
+        self.transitions = Transitions(self.name, ATTACHED_TRANSITIONS, ctx)
+        self.ready = ReadyLife(self.name, live, lambda: self.servers, ctx, self.transitions)
         self._hangs_in_row = 0
+
+    @property
+    def state(self) -> ServerState:
+        return self.transitions.state
 
     @property
     def servers(self) -> ServersSection:
@@ -104,48 +103,52 @@ class AttachedServer(ManagedServer):
         # daemon's own servers; this one's slots come from its own /server_info.
         return replace(self.live.server(self.name), flags={})
 
-    @property
-    def spec(self) -> AttachedSpec:
-        return AttachedSpec(self.name, (), self.target.port, self.target.host, (),
-                            url=self.target.url)
+    def refusal(self, action: str) -> str | None:
+        """Never restarted, retuned or reset here (server_kind.py): the line that says so."""
+        return refusal(self.name, self.target.url, action)
 
     def snapshot(self) -> ServerSnapshot:
-        return replace(super().snapshot(), attached_url=self.target.url, pid=None, argv=())
+        # No pid, argv, restart or exit of ours: the daemon never launched it.
+        return ServerSnapshot(name=self.name, gpus=(), port=self.target.port, pid=None,
+                              restarts=0, last_exit_reason=None, argv=(),
+                              attached_url=self.target.url,
+                              **self.transitions.fields(), **self.ready.fields())
+
+    async def wait_changed(self) -> None:
+        await self.transitions.wait_changed()
 
     async def run(self) -> None:
-        spec = self.spec
-        # A stand-in for the process the life cycle watches: there is none of ours.
-        proc = ServerProcess(0, 0, (), time.time())
+        url = self.target.url
+        # Its port refusing is its end; it takes no operator's request, so it never drains.
+        ends = LifeEnds(alive=self._watch_reachable)
         try:
-            await self._transition(S.STARTING, f"attached to {spec.url}, probing it",
-                                   url=spec.url)
+            await self.transitions.to(S.STARTING, f"attached to {url}, probing it", url=url)
             while True:
-                await self._until_healthy(spec)
-                # Each READY life counts as a start (restart_and_wait's bookkeeping); never
-                # as a restart: the daemon restarts nothing here.
-                self._starts += 1
-                outcome = await self._serve(proc, spec, f"{spec.url} answers "
-                                            "/health_generate 200")
+                await self._until_healthy()
+                # No process of ours: no pid, no argv (its flags are its own job's).
+                outcome = await self.ready.serve(url, (), f"{url} answers /health_generate "
+                                                 "200", ends, pid=None)
                 await self._gone(outcome)
         finally:
             with anyio.CancelScope(shield=True):
-                await self._transition(S.STOPPED, f"supervisor shutting down; {spec.url} runs "
-                                       "on (the daemon never stops an attached server)")
+                await self.transitions.to(S.STOPPED, f"supervisor shutting down; {url} runs "
+                                          "on (the daemon never stops an attached server)")
 
-    async def _until_healthy(self, spec: AttachedSpec) -> None:
+    async def _until_healthy(self) -> None:
         """Probe until /health_generate answers 200. From STARTING, the first failure is
         GONE (one line); while GONE, probes fail quietly."""
+        url = self.target.url
         while True:
             s = self.servers
-            ok, what = await probe(self.ctx.client, spec.base_url, s.health_timeout_s)
+            ok, what = await probe(self.ctx.client, url, s.health_timeout_s)
             if ok:
                 return
             if self.state is S.STARTING:
-                await self._transition(S.GONE, f"unreachable since {_hhmm(self.ctx.clock())}: "
-                                       f"{what}", url=spec.url)
+                await self.transitions.to(S.GONE, f"unreachable since "
+                                          f"{_hhmm(self.ctx.clock())}: {what}", url=url)
             await anyio.sleep(s.health_interval_s)
 
-    async def _gone(self, outcome: object) -> None:
+    async def _gone(self, outcome: Request | Failure) -> None:
         if isinstance(outcome, Failure):
             kind = {Trigger.PROGRESS: "hung", Trigger.HEALTH: "unhealthy"}.get(
                 outcome.trigger, "unreachable")
@@ -156,9 +159,9 @@ class AttachedServer(ManagedServer):
                 kind = "unreachable"
         else:
             kind, detail = "unreachable", str(outcome)
-        await self._transition(S.GONE, f"{kind} since {_hhmm(self.ctx.clock())}: {detail}; "
-                               "its requests in flight went back to pending, probing until "
-                               "it answers", url=self.target.url, why=kind)
+        await self.transitions.to(S.GONE, f"{kind} since {_hhmm(self.ctx.clock())}: {detail}; "
+                                  "its requests in flight went back to pending, probing until "
+                                  "it answers", url=self.target.url, why=kind)
         if kind == "hung":
             # It answers its health probe while making no progress: wait before trusting
             # that again, longer each time it hangs in a row.
@@ -169,7 +172,7 @@ class AttachedServer(ManagedServer):
         else:
             self._hangs_in_row = 0
 
-    async def _watch_alive(self, proc: ServerProcess, decision: Decision) -> None:
+    async def _watch_reachable(self, decision: Decision) -> None:
         host, port = self.target.host, self.target.port
         while True:
             await anyio.sleep(REACH_POLL_S)
@@ -179,8 +182,5 @@ class AttachedServer(ManagedServer):
                 decision.decide(Failure(Trigger.EXITED, why))
                 return
 
-    def request(self, kind: str, actor: str, reason: str) -> None:
-        raise NotOurs(refusal(self.name, self.target.url, "restart"))
 
-
-__all__ = ["AttachedServer", "AttachedSpec", "NotOurs", "refusal"]
+__all__ = ["AttachedServer", "NotOurs", "refusal"]

@@ -2,12 +2,14 @@
 
 `Fleet.run()` first looks at the servers a previous daemon left running: it adopts those
 proven to be this job's (adoption.py) and stops the rest of its own leftovers, then runs one
-ManagedServer task per GPU (or tensor-parallel group) until cancelled; cancelling it stops
-every process group and waits for them (unless `keep_servers_on_exit` is set: then they
-are left running for the next daemon to adopt). Operator actions (restart, retune, reset) are
-methods; a rolling restart waits for each server to be READY again before touching the next,
-so throughput never drops to zero. One roll at a time, whoever asks (the control socket, a
-config reload): a second is refused at once (`RollBusy`), never queued behind the first.
+ManagedServer task per GPU (or tensor-parallel group) and one AttachedServer task per
+attached URL until cancelled; cancelling it stops every process group and waits for them
+(unless `keep_servers_on_exit` is set: then they are left running for the next daemon to
+adopt). Operator actions (restart, retune, reset) are methods, on the servers it launched
+only (an attached server's kind refuses them); a rolling restart waits for each server to be
+READY again before touching the next, so throughput never drops to zero. One roll at a
+time, whoever asks (the control socket, a config reload): a second is refused at once
+(`RollBusy`), never queued behind the first.
 """
 
 from __future__ import annotations
@@ -33,14 +35,17 @@ from supervisor.config.attach_urls import attach_targets
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.adoption import Action, judge
-from supervisor.servers.attached_server import AttachedServer, NotOurs, refusal
+from supervisor.servers.attached_server import AttachedServer, NotOurs
+from supervisor.servers.dispatcher_view import Dispatching
 from supervisor.servers.flag_gate import require_accepted_retune
+from supervisor.servers.fleet_context import FleetContext
 from supervisor.servers.launch_command import build_specs, server_devices
 from supervisor.servers.launcher import Launcher
-from supervisor.servers.managed_server import Dispatching, FleetContext, ManagedServer
+from supervisor.servers.managed_server import ManagedServer
 from supervisor.servers.orphans import stop_orphan
 from supervisor.servers.process_launcher import ProcessLauncher
 from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.server_kind import SupervisedServer
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ServerSnapshot, ServerState
 
@@ -127,21 +132,23 @@ class Fleet:
             kill_wait_s=o.kill_wait_s, keep_on_exit=lambda: self.keep_servers_on_exit)
         rng = o.rng or random.Random()
         log_dir = config.path(config.servers.log_dir)
-        self.servers: dict[str, ManagedServer] = {}
+        # The servers it launches (restarts and retunes act on these only), then every
+        # server, in the config's order.
+        self._launched: dict[str, ManagedServer] = {}
+        self.servers: dict[str, SupervisedServer] = {}
         for spec in specs:
             server_log = ServerLog(log_dir / f"{spec.name}.log", o.log_max_bytes,
                                    o.log_backups, o.tail_lines)
             policy = RestartPolicy.from_config(config.servers, random.Random(rng.random()))
-            self.servers[spec.name] = ManagedServer(
+            self.servers[spec.name] = self._launched[spec.name] = ManagedServer(
                 spec.name, spec.gpus, spec.port, self.live, self._ctx, server_log, policy)
         # Servers it did not launch (servers.attach): the same supervision, never a launch,
         # restart or stop (attached_server.py).
         for target in targets:
             server_log = ServerLog(log_dir / f"{target.name}.log", o.log_max_bytes,
                                    o.log_backups, o.tail_lines)
-            policy = RestartPolicy.from_config(config.servers, random.Random(rng.random()))
             self.servers[target.name] = AttachedServer(target, self.live, self._ctx,
-                                                       server_log, policy)
+                                                       server_log)
 
     @property
     def config(self) -> JobConfig:
@@ -193,7 +200,7 @@ class Fleet:
         to_roll: list[str] = []
 
         async def one(record: Any) -> None:
-            server = self.servers.get(record.name)
+            server = self._launched.get(record.name)
             spec = server.spec if server is not None else None
             devices = server_devices(spec, env) if spec is not None else ""
             verdict = await anyio.to_thread.run_sync(
@@ -241,7 +248,7 @@ class Fleet:
         """Adopted servers whose flags differ from the config's are replaced one at a time,
         once every server has finished starting (so the roll never takes a slot from one
         that is still loading). Waits for another roll (an operator's) to finish first."""
-        targets = [self.servers[n] for n in names]
+        targets = [self._launched[n] for n in names]
         limit = self.config.servers.startup_timeout_s + 60.0
         settled = (ServerState.READY, ServerState.BACKOFF, ServerState.FAILED,
                    ServerState.GONE)
@@ -318,16 +325,16 @@ class Fleet:
     @property
     def own_servers(self) -> list[ManagedServer]:
         """The servers the daemon launched (restarts and retunes act on these only)."""
-        return [s for s in self.servers.values() if s.restartable]
+        return list(self._launched.values())
 
     def _own(self, name: str, action: str) -> ManagedServer:
-        """The named server, or NotOurs when it is attached (never restarted by us)."""
-        server = self._server(name)
-        if isinstance(server, AttachedServer):
-            raise NotOurs(refusal(name, server.target.url, action))
-        return server
+        """The named server, or NotOurs when its kind refuses `action` (an attached one)."""
+        why = self._server(name).refusal(action)
+        if why is not None:
+            raise NotOurs(why)
+        return self._launched[name]
 
-    def _server(self, name: str) -> ManagedServer:
+    def _server(self, name: str) -> SupervisedServer:
         try:
             return self.servers[name]
         except KeyError:

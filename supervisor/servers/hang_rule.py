@@ -42,16 +42,18 @@ class ProgressReading:
 
 @dataclass
 class LifeProgress:
-    """The span of one READY life's progress, and the answers it completed: a life that
-    failed after serving is not part of a failure loop (restart_policy.py)."""
+    """The span of one READY life's progress, and the answers it completed (said in the
+    failure's event): a life that failed after serving is not part of a failure loop
+    (restart_policy.py)."""
     first_at: float | None = None
     last_at: float | None = None
     answered: int = 0
 
     def served(self, served_after_s: float) -> bool:
-        """A life that completed an answer served (the job moved), as did one whose token
-        progress lasted `served_after_s` (a long thinking answer may not finish first)."""
-        return self.answered > 0 or self.span_s >= served_after_s
+        """Its token progress lasted `served_after_s`. Answers alone are not enough: a
+        scheduler that sticks once its first answers are out would then restart forever;
+        the policy's words say "before N s of serving", which such a life did not reach."""
+        return self.span_s >= served_after_s
 
     def saw(self, at: float) -> None:
         if self.first_at is None or at < self.first_at:

@@ -1,37 +1,39 @@
-"""One server's life cycle: launch, wait for health, serve, watch, stop, back off, restart.
+"""A server the daemon launched (or adopted: left running by an earlier daemon, or started
+by an operator's systemctl restart of its unit), and its life cycle: launch, wait for
+health, serve, stop, back off, restart.
 
     STOPPED ─▶ STARTING ─▶ READY ─▶ DRAINING ─▶ STOPPING ─▶ STOPPED ─▶ STARTING   (requested)
                   │          │                     ▲
                   └──────────┴── exit/hang/stall ──┘─▶ BACKOFF ─▶ STARTING         (failure)
                                                    └─▶ FAILED (too many) ─▶ operator reset
 
-The watchers that end a READY life (exit, health, progress, operator requests) are in
-watchers.py; the allowed state transitions are the table in server_state.py, and every
-transition here is checked against it.
+The READY life (the dispatcher's serve, the watchers, the drain) is ready_life.py, which an
+attached server (attached_server.py) composes too; what this kind adds to it is its process's
+exit and the operator's requests (restart, reset). Its transitions are checked against
+ALLOWED_TRANSITIONS (server_state.py) by transitions.py.
 
 Each life runs in the task that owns this server; everything it starts (the dispatcher's
 serve, the watchers) lives in a task group inside it, so cancelling the fleet cancels them
 all and the `finally` stops the process group.
 """
 
+
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from functools import partial
+from typing import Any
 
 import anyio
-import httpx
 
 from state.records import InFlightClaim
 from state.store import Store
-from supervisor.config import DispatchSection, ServersSection
+from supervisor.config import ServersSection
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.figure_text import duration
 from supervisor.servers.adoption import TOKEN_ENV
-from supervisor.servers.endpoint import Endpoint
 from supervisor.servers.exit_classifier import (
     ExitKind,
     ExitReason,
@@ -39,36 +41,20 @@ from supervisor.servers.exit_classifier import (
     classify,
     describe_unasked_exit,
 )
-from supervisor.servers.hang_rule import HangRule, LifeProgress
-from supervisor.servers.launch_command import ServerSpec, build_argv, build_env, max_running
-from supervisor.servers.launcher import Launcher, LaunchRequest
+from supervisor.servers.fleet_context import FleetContext
+from supervisor.servers.launch_command import ServerSpec, build_argv, build_env
+from supervisor.servers.launcher import LaunchRequest
 from supervisor.servers.left_in_flight import abort_left
 from supervisor.servers.port_owner import PortHolder, foreign_listener, port_holder, served_by_group
 from supervisor.servers.process_group import ServerProcess
-from supervisor.servers.progress_reading import ProgressReader, ServerProgressView
+from supervisor.servers.ready_life import LifeEnds, ReadyLife
 from supervisor.servers.restart_policy import RestartPolicy
-from supervisor.servers.saturation_watch import SaturationWatch
 from supervisor.servers.server_log import ServerLog
-from supervisor.servers.server_slots import server_slots
-from supervisor.servers.server_state import (
-    ALLOWED_TRANSITIONS,
-    ServerSnapshot,
-    ServerState,
-    check_transition,
-)
-from supervisor.servers.sglang_monitor import SglangMonitor
+from supervisor.servers.server_state import ALLOWED_TRANSITIONS, ServerSnapshot, ServerState
+from supervisor.servers.transitions import Transitions
 from supervisor.servers.unit_takeover import WHY as TAKEOVER_WHY
 from supervisor.servers.unit_takeover import take_over
-from supervisor.servers.watchers import (
-    Decision,
-    Failure,
-    Request,
-    has_exited,
-    watch_exit,
-    watch_health,
-    watch_progress,
-    watch_requests,
-)
+from supervisor.servers.watchers import Failure, Request, has_exited, watch_exit
 from supervisor.sglang.health import probe
 
 log = logging.getLogger("supervisor.servers")
@@ -78,38 +64,6 @@ S = ServerState
 # Before a launch the port is checked this many times, PORT_RECHECK_S apart.
 PORT_CHECKS = 3
 PORT_RECHECK_S = 1.0
-
-
-class Dispatching(Protocol):
-    """What the servers ask of the dispatcher: keep a READY server's slots full until it
-    drains, and how its requests are going (its slots, the hang watch)."""
-
-    async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None: ...
-
-    def progress(self, name: str) -> ServerProgressView: ...
-
-
-@dataclass
-class FleetContext:
-    """What every server of a fleet shares."""
-
-    store_call: Callable[..., Any]        # async (Store.method, *args) -> result
-    dispatcher: Dispatching
-    client: httpx.AsyncClient
-    clock: Callable[[], float]            # unix seconds, for events and snapshots
-    monotonic: Callable[[], float]        # for the restart policy's failure window
-    on_change: Callable[[], None]
-    proc_limiter: anyio.CapacityLimiter   # threads that spawn/stop processes
-    launcher: Launcher                    # how servers are started, found, stopped
-    base_env: dict[str, str] | None = None
-    cwd: str | None = None
-    exit_poll_s: float = 0.2
-    startup_probe_s: float = 1.0
-    kill_wait_s: float = 10.0
-    # This job's token, in every server's environment (adoption.py: a later daemon's proof).
-    job_token: str = ""
-    # Read as the fleet is cancelled: True leaves the servers running for the next daemon.
-    keep_on_exit: Callable[[], bool] = lambda: False
 
 
 @dataclass(frozen=True)
@@ -126,9 +80,6 @@ class _Ready:
 
 
 class ManagedServer:
-    # The life cycle this server may go through (an attached server has its own).
-    TRANSITIONS = ALLOWED_TRANSITIONS
-
     def __init__(self, name: str, gpus: tuple[int, ...], port: int, live: LiveSettings,
                  ctx: FleetContext, server_log: ServerLog, policy: RestartPolicy) -> None:
         self.name = name
@@ -141,14 +92,10 @@ class ManagedServer:
         self.ctx = ctx
         self.log = server_log
         self.policy = policy
-        self.state = S.STOPPED
-        self.state_since = ctx.clock()
-        self.ready_since: float | None = None
-        self.state_reason = "not started"
+        self.transitions = Transitions(name, ALLOWED_TRANSITIONS, ctx)
+        self.ready = ReadyLife(name, live, lambda: self.servers, ctx, self.transitions)
         self.restarts = 0
         self.last_exit: ExitReason | None = None
-        self.endpoint: Endpoint | None = None
-        self._server_slots: int | None = None   # what SGLang last said it runs at once
         self._proc: ServerProcess | None = None
         self._argv: tuple[str, ...] | None = None
         self._starts = 0
@@ -158,23 +105,12 @@ class ManagedServer:
         self.adopted_roll_pending = False
         self._request: Request | None = None
         self._poke = anyio.Event()
-        self._changed = anyio.Event()
-        # SGLang's own /metrics while READY (with --enable-metrics), and the over-commit flag.
-        # ... and the saturation guard, which lowers and raises this server's live in-flight
-        # limit from those figures.
-        self.saturation = SaturationWatch(name, lambda: self.dispatch, self._inflight_limit,
-                                          emit=self._add_event)
-        self.sglang = SglangMonitor(name, clock=ctx.clock, emit=self._add_event,
-                                    on_poll=self.saturation.on_poll)
-        # The READY life's progress span (None before it is READY): whether a failed life
-        # had served, for the restart policy's failure-loop count.
-        self._life_progress: LifeProgress | None = None
-        # What the hang watchdog reads each tick: tokens, or the derived completion rule.
-        self.progress_reader = ProgressReader(name, self._progress, self.sglang,
-                                              lambda: self.servers, lambda: self.dispatch,
-                                              lambda: self.live.max_tokens, ctx.clock)
 
     # -- what others see ----------------------------------------------------------------------
+
+    @property
+    def state(self) -> ServerState:
+        return self.transitions.state
 
     @property
     def servers(self) -> ServersSection:
@@ -183,78 +119,31 @@ class ManagedServer:
         return self.live.server(self.name)
 
     @property
-    def dispatch(self) -> DispatchSection:
-        return self.live.config.dispatch
-
-    @property
     def spec(self) -> ServerSpec:
         return ServerSpec(self.name, self.gpus, self.port, self.servers.host,
                           tuple(build_argv(self.servers, self.port)))
 
     @property
-    def max_running(self) -> int:
-        """The dispatcher's slots: the READY life's, else what config says, else what the
-        server said last time (0: not known before the server first answers /server_info)."""
-        if self.endpoint is not None:
-            return self.endpoint.max_running
-        configured = max_running(self.servers, self.dispatch)
-        return configured if configured is not None else (self._server_slots or 0)
-
-    @property
     def pid(self) -> int | None:
         return self._proc.pid if self._proc is not None else None
 
+    def refusal(self, action: str) -> str | None:
+        """The daemon launched it: it may restart, retune and reset it (server_kind.py)."""
+        return None
+
     def snapshot(self) -> ServerSnapshot:
-        try:
-            in_flight = int(self.ctx.dispatcher.progress(self.name).in_flight)
-        except LookupError:
-            in_flight = 0
         return ServerSnapshot(
-            name=self.name, gpus=self.gpus, port=self.port, state=self.state, pid=self.pid,
-            in_flight=in_flight, restarts=self.restarts,
+            name=self.name, gpus=self.gpus, port=self.port, pid=self.pid,
+            restarts=self.restarts,
             last_exit_reason=None if self.last_exit is None else str(self.last_exit),
-            state_since=self.state_since, max_running=self.max_running,
             argv=self._argv if self._proc is not None and self._argv else self.spec.argv,
-            state_reason=self.state_reason,
             failures_in_window=self.policy.failures_in_window(self.ctx.monotonic()),
-            sglang=self.sglang.view, ready_since=self.ready_since,
-            waiting=self._waiting(),
             unserved_in_row=self.policy.unserved_in_row,
-            **self._limit_fields(),
+            **self.transitions.fields(), **self.ready.fields(),
         )
 
-    def _progress(self) -> ServerProgressView:
-        return self.ctx.dispatcher.progress(self.name)
-
-    def _waiting(self) -> int:
-        try:
-            return int(getattr(self._progress(), "waiting", 0))
-        except LookupError:
-            return 0
-
-    def _inflight_limit(self) -> Any:
-        """The dispatcher's live limit for this server's READY life, if it keeps one."""
-        get = getattr(self.ctx.dispatcher, "inflight_limit", None)
-        return get(self.name) if get is not None else None
-
-    def _limit_fields(self) -> dict[str, Any]:
-        limit = self._inflight_limit()
-        if limit is None:
-            return {}
-        return {"inflight_limit": limit.limit, "inflight_limit_reason": limit.reason}
-
-    def _in_flight(self) -> int:
-        try:
-            return int(self._progress().in_flight)
-        except LookupError:
-            return 0
-
-    async def _add_event(self, kind: str, detail: dict[str, Any]) -> None:
-        await self.ctx.store_call(Store.add_event, kind, self.name, detail, "supervisor",
-                                  self.ctx.clock())
-
     async def wait_changed(self) -> None:
-        await self._changed.wait()
+        await self.transitions.wait_changed()
 
     # -- requests from the fleet (operator actions) ---------------------------------------------
 
@@ -291,7 +180,7 @@ class ManagedServer:
                     if self.state is S.READY:
                         return True, "ready"
                     if self.state in (S.BACKOFF, S.FAILED):
-                        return False, f"{self.state}: {self.state_reason}"
+                        return False, f"{self.state}: {self.transitions.reason}"
                 await self.wait_changed()
         return False, f"not READY within {limit:.0f} s (state {self.state})"
 
@@ -321,7 +210,7 @@ class ManagedServer:
         self._starts += 1
         if self._starts > 1:
             self.restarts += 1
-        self._life_progress = None
+        self.ready.life_progress = None
         spec = self.spec
         adoption, self._adoption = self._adoption, None
         if adoption is None:
@@ -330,8 +219,8 @@ class ManagedServer:
             await self._adopted_life(adoption, spec)
             return
         self.adopted_roll_pending = False
-        await self._transition(S.STARTING, self._start_reason, self._start_actor,
-                               argv=list(spec.argv), gpus=list(spec.gpus))
+        await self.transitions.to(S.STARTING, self._start_reason, self._start_actor,
+                                  argv=list(spec.argv), gpus=list(spec.gpus))
         env = build_env(spec, self.ctx.base_env)
         env[TOKEN_ENV] = self.ctx.job_token
         holder = await self._port_taken(spec)
@@ -386,12 +275,12 @@ class ManagedServer:
         proc.log_mark = self.log.line_count
         self.log.follow()
         self._proc, self._argv = proc, proc.argv
-        await self._transition(S.STARTING, f"{said}, {adoption.why}",
-                               argv=list(proc.argv), gpus=list(spec.gpus), pid=proc.pid,
-                               adopted=True)
+        await self.transitions.to(S.STARTING, f"{said}, {adoption.why}",
+                                  argv=list(proc.argv), gpus=list(spec.gpus), pid=proc.pid,
+                                  adopted=True)
         aborted = await abort_left(self.name, self.ctx.client, spec.base_url,
                                    adoption.left_in_flight)
-        await self._add_event(EventKind.SERVER_ADOPTED, {
+        await self.transitions.event(EventKind.SERVER_ADOPTED, {
             "pid": proc.pid, "up_s": round(up_s, 1), "argv": list(proc.argv),
             "roll": adoption.roll, "left_in_flight": len(adoption.left_in_flight),
             "aborted": aborted, "why": adoption.why})
@@ -407,9 +296,9 @@ class ManagedServer:
         # Refused connections and 503s alike mean "still loading" here (health.py).
         last = "no probe answered yet"
         while True:
-            if await has_exited(proc):
-                return Failure(Trigger.EXITED,
-                               f"{describe_unasked_exit(proc.returncode)} while starting")
+            exited = await _exit_of(proc)
+            if exited is not None:
+                return Failure(Trigger.EXITED, f"{exited} while starting")
             req = self._take_request()
             if req is not None and req.kind == "restart":
                 return req
@@ -452,100 +341,18 @@ class ManagedServer:
 
     async def _serve(self, proc: ServerProcess, spec: ServerSpec,
                      ready_reason: str = "/health_generate answered 200") -> Request | Failure:
-        # The live max tokens (a `ctl max-tokens` changes it): SGLang's own estimate of its
-        # slots, without a max-running-requests flag, is bounded by its KV pool at that size.
-        slots = await server_slots(self.name, self.ctx.client, spec.base_url, self.servers,
-                                   self.dispatch, getattr(self.ctx.dispatcher, "max_tokens",
-                                                          None))
-        if slots.source in ("server", "kv pool"):
-            self._server_slots = slots.limit
-        endpoint = Endpoint(self.name, spec.base_url, slots.limit,
-                            queueing=lambda: self.sglang.queueing,
-                            tokens_at=self.progress_reader.tokens_at)
-        draining = anyio.Event()
-        serve_done = anyio.Event()
-        serve_scope = anyio.CancelScope()
-        decision = Decision()
-        rule = HangRule(anyio.current_time())
-        self._life_progress = rule.life
-        # The process's own argv: an adopted server may run other flags than the config's.
-        self.progress_reader.new_life(proc.argv)
-
-        async def serve() -> None:
-            try:
-                with serve_scope:
-                    await self.ctx.dispatcher.serve(endpoint, draining)
-            finally:
-                serve_done.set()
-
-        # The endpoint is published before READY is: whoever wakes on the transition (a
-        # rolling restart waiting for this server) finds the limit the server now serves at.
-        self.endpoint = endpoint
-        try:
-            await self._transition(S.READY, ready_reason, pid=proc.pid or None,
-                                   max_running=endpoint.max_running, slots_from=slots.source,
-                                   **({"slots_why": slots.why} if slots.why else {}))
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(serve)
-                with decision.scope:
-                    async with anyio.create_task_group() as watch:
-                        watch.start_soon(self._watch_alive, proc, decision)
-                        # The watchers read this server's settings at each check, so a
-                        # reload's timings apply within one interval, not from the next life.
-                        watch.start_soon(watch_health, self.name, self.ctx.client,
-                                         spec.base_url, lambda: self.servers, decision, log)
-                        watch.start_soon(watch_progress, self.progress_reader.read,
-                                         lambda: self.servers, decision, rule)
-                        if self.restartable:
-                            watch.start_soon(watch_requests, self._wait_request, decision)
-                        watch.start_soon(self.sglang.watch, self.ctx.client, spec.base_url,
-                                         proc.argv, self.servers.health_interval_s,
-                                         self._in_flight)
-                outcome = decision.outcome
-                assert outcome is not None
-                if isinstance(outcome, Request):
-                    await self._transition(S.DRAINING, f"{outcome.reason} by {outcome.actor}",
-                                           outcome.actor)
-                    draining.set()
-                    exited = await self._drain(proc, serve_done)
-                    if exited is not None:
-                        outcome = exited
-                # Whatever is still in flight goes back to pending: the dispatcher requeues
-                # when its serve() is cancelled.
-                serve_scope.cancel()
-        finally:
-            self.endpoint = None
-            with anyio.CancelScope(shield=True):
-                await self.sglang.end_life()
-        return outcome
-
-    # An attached server (attached_server.py) is watched by its port, not a process, and
-    # takes no operator's restart.
-    restartable = True
-
-    async def _watch_alive(self, proc: ServerProcess, decision: Decision) -> None:
-        await watch_exit(proc, decision, self.ctx.exit_poll_s)
-
-    async def _drain(self, proc: ServerProcess, serve_done: anyio.Event) -> Failure | None:
-        timeout = self.servers.drain_timeout_s
-        with anyio.move_on_after(timeout):
-            while not serve_done.is_set():
-                if await has_exited(proc):
-                    return Failure(Trigger.EXITED,
-                                   f"{describe_unasked_exit(proc.returncode)} while draining")
-                with anyio.move_on_after(self.ctx.exit_poll_s):
-                    await serve_done.wait()
-            return None
-        log.warning("%s: drain did not finish within %g s; requeueing what is left",
-                    self.name, timeout)
-        return None
+        # Our process's exit ends the life; an operator's restart drains it first.
+        ends = LifeEnds(alive=partial(watch_exit, proc, poll_s=self.ctx.exit_poll_s),
+                        requests=self._wait_request, exited=partial(_exit_of, proc))
+        return await self.ready.serve(spec.base_url, proc.argv, ready_reason, ends,
+                                      pid=proc.pid or None)
 
     async def _end(self, proc: ServerProcess, outcome: Request | Failure) -> None:
         if isinstance(outcome, Request):
             trigger, detail, actor = Trigger.REQUESTED, f"{outcome.reason} by {outcome.actor}", outcome.actor
         else:
             trigger, detail, actor = outcome.trigger, outcome.detail, "supervisor"
-        await self._transition(S.STOPPING, detail, actor, pid=proc.pid)
+        await self.transitions.to(S.STOPPING, detail, actor, pid=proc.pid)
         stopped = await self._stop_process(proc)
         if stopped == "replaced":
             # Its unit already runs a new life: an operator's systemctl restart, not a
@@ -554,7 +361,8 @@ class ManagedServer:
         reason = classify(trigger, proc.returncode, self.log.lines_since(proc.log_mark), detail)
         self.last_exit = reason
         if not reason.is_failure:
-            await self._transition(S.STOPPED, str(reason), actor, **self._exit_detail(reason, stopped))
+            await self.transitions.to(S.STOPPED, str(reason), actor,
+                                      **self._exit_detail(reason, stopped))
             self._start_reason, self._start_actor = detail, actor
             return
         # Flags SGLang's parser refused fail the same way at every start: no backoff loop.
@@ -566,10 +374,10 @@ class ManagedServer:
                              give_up: bool = False) -> None:
         detail = self._exit_detail(reason, stopped)
         if give_up:
-            await self._transition(S.FAILED, f"{reason}; restarting cannot help, waiting for "
-                                   "an operator", **detail)
+            await self.transitions.to(S.FAILED, f"{reason}; restarting cannot help, waiting "
+                                      "for an operator", **detail)
             return
-        life = self._life_progress
+        life = self.ready.life_progress
         served = life is not None and life.served(self.servers.served_after_s)
         decision = self.policy.record_failure(self.ctx.monotonic(), served=served)
         detail["failures_in_window"] = decision.failures_in_window
@@ -577,11 +385,11 @@ class ManagedServer:
         detail["served_s"] = round(life.span_s, 1) if life is not None else 0.0
         detail["answered"] = life.answered if life is not None else 0
         if decision.give_up:
-            await self._transition(
+            await self.transitions.to(
                 S.FAILED, f"{reason}; {decision.reason}, waiting for an operator", **detail)
             return
-        await self._transition(S.BACKOFF, f"{reason}; restarting in {decision.delay_s:.1f} s",
-                               backoff_s=round(decision.delay_s, 3), **detail)
+        await self.transitions.to(S.BACKOFF, f"{reason}; restarting in {decision.delay_s:.1f} s",
+                                  backoff_s=round(decision.delay_s, 3), **detail)
         req = await self._wait_request(decision.delay_s)
         if req is None:
             self._start_reason, self._start_actor = f"restart after {reason.kind}", "supervisor"
@@ -613,32 +421,19 @@ class ManagedServer:
                      proc.pid)
             return
         if proc is not None:
-            await self._transition(S.STOPPING, "supervisor shutting down", pid=proc.pid)
+            await self.transitions.to(S.STOPPING, "supervisor shutting down", pid=proc.pid)
             stopped = await self._stop_process(proc)
             self.last_exit = classify(Trigger.REQUESTED, proc.returncode, (),
                                       "supervisor shutting down")
-            await self._transition(S.STOPPED, str(self.last_exit),
-                                   **self._exit_detail(self.last_exit, stopped))
+            await self.transitions.to(S.STOPPED, str(self.last_exit),
+                                      **self._exit_detail(self.last_exit, stopped))
         elif self.state is not S.STOPPED:
-            await self._transition(S.STOPPED, "supervisor shutting down")
+            await self.transitions.to(S.STOPPED, "supervisor shutting down")
 
-    async def _transition(self, new: ServerState, reason: str, actor: str = "supervisor",
-                          **detail: Any) -> None:
-        old = self.state
-        check_transition(old, new, self.TRANSITIONS)
-        self.state, self.state_since, self.state_reason = new, self.ctx.clock(), reason
-        if new is S.READY:
-            self.ready_since = self.state_since
-        elif new is not S.DRAINING:
-            self.ready_since = None
-        failing = new in (S.BACKOFF, S.FAILED, S.GONE) or (new is S.STOPPING and actor == "supervisor"
-                                                   and reason != "supervisor shutting down")
-        log.log(logging.WARNING if failing else logging.INFO, "%s: %s -> %s: %s",
-                self.name, old, new, reason)
-        self._changed.set()
-        self._changed = anyio.Event()
-        self.ctx.on_change()
-        event = {"from": old.value, "to": new.value, "reason": reason, **detail}
-        with anyio.CancelScope(shield=True):
-            await self.ctx.store_call(Store.add_event, EventKind.SERVER_STATE, self.name, event,
-                                      actor, self.state_since)
+
+async def _exit_of(proc: ServerProcess) -> str | None:
+    """How our process ended (its return code or signal, said as not our doing), or None
+    while it runs."""
+    if await has_exited(proc):
+        return describe_unasked_exit(proc.returncode)
+    return None

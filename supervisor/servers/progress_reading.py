@@ -8,24 +8,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol
 
 from supervisor.config import DispatchSection, ServersSection
+from supervisor.servers.dispatcher_view import ServerProgressView
 from supervisor.servers.hang_rule import HANG_MARGIN, ProgressReading
 from supervisor.servers.sglang_monitor import SglangMonitor
 from supervisor.sglang.metrics import metrics_enabled
 
 log = logging.getLogger("supervisor.servers")
-
-
-class ServerProgressView(Protocol):
-    """What the servers read of the dispatcher's progress record for one server
-    (dispatch/dispatch_snapshot.py ServerProgress writes it): declared here, below the
-    dispatcher, so the servers never import it."""
-    in_flight: int
-    completed: int
-    hung: str | None          # set when its streams stalled while it made no token
-    rates: Any                # its completion-rate window (None before the first answer)
 
 
 class ProgressReader:
@@ -49,16 +39,9 @@ class ProgressReader:
     def new_life(self, argv: Sequence[str]) -> None:
         """A READY life begins: where it has no token signal at all, say so now."""
         self._argv, self._said = argv, False
-        self._answered_before = self._answered()
+        self._answered_before = int(self._progress().answered)
         if not self._dispatch().stream and not metrics_enabled(argv):
             self.read()
-
-    def _answered(self) -> int:
-        try:
-            return int(getattr(self._progress(), "answered", 0))
-        except LookupError:
-            # No record yet: the dispatcher makes it at its first ask, so none answered.
-            return 0
 
     def tokens_at(self) -> float | None:
         """When SGLang's decode-token counter last moved (monotonic), where it has one."""
@@ -67,7 +50,7 @@ class ProgressReader:
 
     def read(self) -> ProgressReading:
         p = self._progress()
-        streams = self._dispatch().stream and hasattr(p, "last_token_at")
+        streams = self._dispatch().stream
         counter = self._monitor.token_counter == "decode"
         times = [t for t in ((p.last_token_at if streams else None), self.tokens_at())
                  if t is not None]
@@ -84,14 +67,14 @@ class ProgressReader:
                             max(derived, self._servers().hang_timeout_s), how)
         return ProgressReading(in_flight=int(p.in_flight), token_at=max(times, default=None),
                                token_signal=streams or counter, completed=int(p.completed),
-                               hung=getattr(p, "hung", None), derived_timeout_s=derived,
+                               hung=p.hung, derived_timeout_s=derived,
                                derived_from=how,
-                               answered=int(getattr(p, "answered", 0)) - self._answered_before)
+                               answered=int(p.answered) - self._answered_before)
 
     def _derived_timeout(self, p: ServerProgressView) -> tuple[float, str]:
         """The longest answer we ask for at the measured per-stream speed, x HANG_MARGIN;
         the request timeout until a speed is measured."""
-        rates = getattr(p, "rates", None)
+        rates = p.rates
         if rates is not None and p.in_flight > 0 and p.completed != self._speed_completed:
             self._speed_completed = p.completed
             tok_s = rates.snapshot(self._clock()).tok_per_s

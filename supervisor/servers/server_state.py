@@ -14,7 +14,7 @@ __all__ = ["ALLOWED_TRANSITIONS", "ATTACHED_TRANSITIONS", "IllegalTransition", "
 
 S = ServerState
 
-# Every transition a server may make; ManagedServer checks each one against this table, so a
+# Every transition a server may make; transitions.py checks each one against this table, so a
 # life-cycle bug shows up as a clear error at the faulty step instead of as a server in a
 # state nothing expects (Supervisor's states.py and _assertInState are the model).
 ALLOWED_TRANSITIONS: dict[ServerState, frozenset[ServerState]] = {

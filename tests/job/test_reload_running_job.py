@@ -117,7 +117,7 @@ async def test_a_changed_server_flag_rolls_through_the_servers(tmp_path: Path):
         data["servers"]["flags"]["max-running-requests"] = 4
         write_toml(path, data)
         for name, server in job.fleet.servers.items():
-            await wait_for(lambda s=server: s.max_running == 4 and str(s.state) == "READY",
+            await wait_for(lambda s=server: s.ready.max_running == 4 and str(s.state) == "READY",
                            f"{name} back with the new flag", timeout_s=60)
             async with httpx.AsyncClient(trust_env=False) as client:
                 info = (await client.get(f"http://127.0.0.1:{server.port}/server_info")).json()

@@ -36,7 +36,7 @@ async def test_timings_reach_every_server_and_their_policies(tmp_path: Path) -> 
             p = server.policy
             assert (p.initial_s, p.max_failures, p.window_s) == (1.5, 9, 60.0)
             assert server.servers.backoff_initial_s == 1.5
-            assert server.dispatch.max_attempts == 7
+            assert server.ready.dispatch.max_attempts == 7
         assert gpu0.policy.failures_in_window(110.0) == 1
         assert gpu0.servers.flags == {"max-running-requests": 4}
         assert fleet.servers["gpu1"].servers.flags == cfg.servers.flags

@@ -112,8 +112,8 @@ async def test_ready_exactly_once_killed_and_stopped_schedulers(tmp_path: Path) 
         gpu0, gpu1 = fleet.servers["gpu0"], fleet.servers["gpu1"]
         await wait_for(lambda: str(gpu0.state) == "READY" and str(gpu1.state) == "READY",
                        "both real servers READY", timeout_s=900)
-        await wait_for(lambda: gpu0.sglang.view.polled, "SGLang's /metrics read", 60)
-        seen["metrics"] = gpu0.sglang.view
+        await wait_for(lambda: gpu0.ready.sglang.view.polled, "SGLang's /metrics read", 60)
+        seen["metrics"] = gpu0.ready.sglang.view
         await wait_for(lambda: job.dispatcher.completed_total() >= 5, "5 answers", 120)
         # A SIGKILLed scheduler: SGLang's own watchdog kills the server (SIGQUIT).
         assert gpu0.pid is not None
@@ -173,8 +173,8 @@ async def test_queued_under_a_small_kv_pool_is_waiting_not_stalled(tmp_path: Pat
     async def drive(job: Job) -> None:
         fleet = await wait_fleet(job)
         gpu0 = fleet.servers["gpu0"]
-        await wait_for(lambda: gpu0.sglang.view.queued, "SGLang queueing", timeout_s=600)
-        seen["queued"] = gpu0.sglang.view.queued
+        await wait_for(lambda: gpu0.ready.sglang.view.queued, "SGLang queueing", timeout_s=600)
+        seen["queued"] = gpu0.ready.sglang.view.queued
 
     with one_real_job_at_a_time():
         _, result = await run_job(cfg, drive, timeout_s=1400,
@@ -219,8 +219,8 @@ async def test_a_request_waiting_past_wait_s_is_aborted_by_its_rid(tmp_path: Pat
                          "ORDER BY id LIMIT 1")[0]
         seen["event"] = (row[0], json.loads(row[1]))
         server = fleet.servers[row[0]]
-        assert server.endpoint is not None
-        port = int(server.endpoint.base_url.rsplit(":", 1)[1])
+        assert server.ready.endpoint is not None
+        port = int(server.ready.endpoint.base_url.rsplit(":", 1)[1])
         seen["aborted"] = await anyio.to_thread.run_sync(aborted_total, port)
 
     with one_real_job_at_a_time():

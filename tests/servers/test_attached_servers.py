@@ -200,7 +200,7 @@ async def test_an_attached_server_that_stops_making_progress_is_gone_until_it_se
         await sim_fault(sim.port, "stall")
         await wait_for(lambda: state_of(job, "ext0") is ServerState.GONE, "ext0 GONE", 20)
         assert job.fleet is not None
-        seen["reason"] = job.fleet.servers["ext0"].state_reason
+        seen["reason"] = job.fleet.servers["ext0"].transitions.reason
         await sim_fault(sim.port, "none")
         await wait_for(lambda: state_of(job, "ext0") is ServerState.READY, "ext0 READY", 20)
 

@@ -53,7 +53,7 @@ async def test_a_server_sent_more_than_it_runs_is_flagged_over_committed(
 
     async def watch(job: Job) -> None:
         fleet = await wait_fleet(job)
-        monitor = fleet.servers["gpu0"].sglang
+        monitor = fleet.servers["gpu0"].ready.sglang
         await wait_for(lambda: monitor.view.overcommitted, "the over-commit flag")
         seen["view"] = monitor.view
         # What a client of the control socket reads while the flag is on.
@@ -97,7 +97,7 @@ async def test_a_server_sent_more_than_it_runs_is_flagged_over_committed(
     lines = [r.getMessage() for r in caplog.records if r.name == "supervisor.servers"]
     assert sum(line.startswith("gpu0: over-committed: ") for line in lines) == ons.count(True)
     # After the job, nothing is left flagged.
-    assert not job.fleet.servers["gpu0"].sglang.view.overcommitted  # type: ignore[union-attr]
+    assert not job.fleet.servers["gpu0"].ready.sglang.view.overcommitted  # type: ignore[union-attr]
 
 
 async def test_a_server_with_slots_for_all_we_send_is_never_flagged(tmp_path: Path) -> None:
@@ -107,7 +107,7 @@ async def test_a_server_with_slots_for_all_we_send_is_never_flagged(tmp_path: Pa
 
     async def watch(job: Job) -> None:
         fleet = await wait_fleet(job)
-        monitor = fleet.servers["gpu0"].sglang
+        monitor = fleet.servers["gpu0"].ready.sglang
         await wait_for(lambda: monitor.view.running is not None and monitor.view.running > 0,
                        "a poll that sees requests running")
         polled.append(monitor.view.running or 0)

@@ -186,7 +186,7 @@ async def test_the_guard_settles_at_what_sglang_runs_on_a_loaded_server(
         # Two minutes of a loaded server (bounded: 240 samples of 0.5 s).
         for _ in range(240):
             lim = d.inflight_limit("gpu0")
-            v = fleet.servers["gpu0"].sglang.view
+            v = fleet.servers["gpu0"].ready.sglang.view
             samples.append((anyio.current_time() - t0, lim.limit if lim else -1, v.running,
                             v.queued, v.token_usage, d.progress("gpu0").in_flight))
             await anyio.sleep(0.5)

@@ -59,7 +59,7 @@ async def test_rolling_restart_and_retune_under_load_lose_and_duplicate_nothing(
                        "both servers serving")
         seen["restart"] = await fleet.restart(None, "alice")
         seen["retune"] = await fleet.retune({"max-running-requests": RETUNED}, None, "alice")
-        seen["limits"] = {n: fleet.servers[n].endpoint.max_running for n in NAMES}
+        seen["limits"] = {n: fleet.servers[n].ready.endpoint.max_running for n in NAMES}
         # Let the dispatcher fill the new slots, then ask each server what it saw.
         done = {n: completed_on(job, n) for n in NAMES}
         await wait_for(lambda: all(completed_on(job, n) >= done[n] + 3 * RETUNED for n in NAMES),

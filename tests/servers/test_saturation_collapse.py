@@ -72,10 +72,10 @@ async def test_a_collapsing_server_gets_its_limit_lowered_then_raised_back_step_
         await wait_for(lambda: completed_on(job, "gpu0") >= 150, "a busy start", timeout_s=60)
         await wait_for(lambda: limit() == SLOTS, "the limit at the max before the fault",
                        timeout_s=30)
-        peak = fleet.servers["gpu0"].sglang.view.gen_throughput
+        peak = fleet.servers["gpu0"].ready.sglang.view.gen_throughput
         await _fault(port, "collapse")
         await wait_for(lambda: (limit() or SLOTS) < SLOTS, "the limit lowered", timeout_s=30)
-        seen["collapsed_tput"] = fleet.servers["gpu0"].sglang.view.gen_throughput
+        seen["collapsed_tput"] = fleet.servers["gpu0"].ready.sglang.view.gen_throughput
         seen["peak"] = peak
         sock = str(cfg.path(cfg.control.socket))
         with anyio.fail_after(20):

@@ -43,7 +43,7 @@ async def test_a_server_running_fewer_than_allowed_gets_that_many_and_no_fewer(
         # Twelve seconds: six calm intervals, time for any spiral (bounded: 120 samples).
         for _ in range(120):
             lim = d.inflight_limit("gpu0")
-            v = fleet.servers["gpu0"].sglang.view
+            v = fleet.servers["gpu0"].ready.sglang.view
             limits.append((lim.limit if lim else ALLOWED, v.running, v.queued))
             await anyio.sleep(0.1)
         job.request_stop("test over")

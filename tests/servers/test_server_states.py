@@ -12,7 +12,8 @@ import pytest
 
 from supervisor.config import JobConfig, ServersSection
 from supervisor.config.live_settings import LiveSettings
-from supervisor.servers.managed_server import FleetContext, ManagedServer
+from supervisor.servers.fleet_context import FleetContext
+from supervisor.servers.managed_server import ManagedServer
 from supervisor.servers.process_launcher import ProcessLauncher
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
@@ -115,9 +116,9 @@ async def test_managed_server_refuses_a_transition_off_the_table(tmp_path: Path)
     server = _server(tmp_path, events)
     assert server.state is S.STOPPED
     with pytest.raises(IllegalTransition):
-        await server._transition(S.READY, "skipping STARTING")
+        await server.transitions.to(S.READY, "skipping STARTING")
     assert server.state is S.STOPPED and events == []      # nothing changed, nothing recorded
-    await server._transition(S.STARTING, "a start")
+    await server.transitions.to(S.STARTING, "a start")
     assert server.state is S.STARTING
     [(method, kind, name, detail, actor, _)] = events
     assert getattr(method, "__name__", method) == "add_event"

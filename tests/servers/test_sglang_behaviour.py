@@ -153,7 +153,7 @@ async def test_slots_come_from_server_info_without_the_flag_and_follow_retunes(
 
     def limit(job: Job) -> int:
         assert job.fleet is not None
-        endpoint = job.fleet.servers["gpu0"].endpoint
+        endpoint = job.fleet.servers["gpu0"].ready.endpoint
         assert endpoint is not None
         return endpoint.max_running
 

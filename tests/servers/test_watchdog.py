@@ -15,8 +15,9 @@ from supervisor.config.live_settings import LiveSettings
 from supervisor.dispatch.dispatch_snapshot import ServerProgress
 from supervisor.dispatch.rate_window import CompletionRateWindow
 from supervisor.servers.exit_classifier import Trigger
+from supervisor.servers.fleet_context import FleetContext
 from supervisor.servers.hang_rule import HangRule, ProgressReading
-from supervisor.servers.managed_server import FleetContext, ManagedServer
+from supervisor.servers.managed_server import ManagedServer
 from supervisor.servers.process_launcher import ProcessLauncher
 from supervisor.servers.restart_policy import RestartPolicy
 from supervisor.servers.server_log import ServerLog
@@ -132,7 +133,7 @@ async def test_unstreamed_without_metrics_derives_the_timeout_from_the_speed(
         tmp_path: Path) -> None:
     d = Dispatcher()
     server = _server(tmp_path, d, DispatchSection(stream=False))
-    r = server.progress_reader.read()
+    r = server.ready.progress_reader.read()
     assert not r.token_signal
     # No speed measured yet: the request timeout.
     assert r.derived_timeout_s == DispatchSection().request_timeout_s
@@ -140,18 +141,18 @@ async def test_unstreamed_without_metrics_derives_the_timeout_from_the_speed(
     assert d.p.rates is not None
     d.p.rates.add(time.time(), 10, 200 * 60)
     d.p.completed = 10
-    r = server.progress_reader.read()
+    r = server.ready.progress_reader.read()
     assert r.derived_timeout_s is not None and abs(r.derived_timeout_s - 40.0) < 2.0
     # A hang stops the completions: the speed is kept, the timeout does not stretch.
     d.p.rates = CompletionRateWindow(60.0, time.time() - 60)
-    r = server.progress_reader.read()
+    r = server.ready.progress_reader.read()
     assert r.derived_timeout_s is not None and abs(r.derived_timeout_s - 40.0) < 2.0
 
 
 async def test_streamed_is_a_token_signal(tmp_path: Path) -> None:
     d = Dispatcher()
     d.p.last_token_at = 12.5
-    r = _server(tmp_path, d, DispatchSection(stream=True)).progress_reader.read()
+    r = _server(tmp_path, d, DispatchSection(stream=True)).ready.progress_reader.read()
     assert r.token_signal and r.token_at == 12.5 and r.derived_timeout_s is None
 
 
@@ -181,24 +182,26 @@ async def test_a_reloaded_hang_timeout_applies_within_the_same_life() -> None:
         tg.cancel_scope.cancel()
 
 
-async def test_a_life_that_completed_answers_served_however_short(tmp_path: Path) -> None:
-    """Ten seconds of tokens with answers done is a served life; without answers it is not."""
+async def test_a_life_counts_its_answers_and_its_words_say_how_long_it_served(
+        tmp_path: Path) -> None:
+    """Ten seconds of tokens with answers done: its answers are counted (the failure's event
+    says them), and the policy's words say it failed before serving 300 s, not that it
+    never served."""
     d = Dispatcher()
     d.p.answered = 7                    # the last life's answers are not this one's
     server = _server(tmp_path, d, DispatchSection(stream=True))
-    server.progress_reader.new_life(())
+    server.ready.progress_reader.new_life(())
     rule = HangRule(started_at=0.0)
     d.p.last_token_at = 1.0
-    rule.observe(server.progress_reader.read(), 1.0, 600.0)
-    d.p.last_token_at = 11.0
-    rule.observe(server.progress_reader.read(), 11.0, 600.0)
-    assert rule.life.answered == 0 and rule.life.span_s == 10.0
-    assert not rule.life.served(SERVERS.served_after_s)
+    rule.observe(server.ready.progress_reader.read(), 1.0, 600.0)
     d.p.answered = 10
-    rule.observe(server.progress_reader.read(), 11.5, 600.0)
-    assert rule.life.answered == 3 and rule.life.served(SERVERS.served_after_s)
-    # Five such lives in a row do not make a failure loop: the policy's count starts again.
-    policy = RestartPolicy.from_config(SERVERS)
+    d.p.last_token_at = 11.0
+    rule.observe(server.ready.progress_reader.read(), 11.0, 600.0)
+    assert rule.life.answered == 3 and rule.life.span_s == 10.0
+    assert not rule.life.served(300.0)
+    policy = RestartPolicy(1, 10, max_failures=50, window_s=60, max_unserved=5,
+                           served_after_s=300.0)
     decisions = [policy.record_failure(float(i), served=rule.life.served(300.0))
                  for i in range(5)]
-    assert [d.unserved_in_row for d in decisions] == [0] * 5
+    assert decisions[-1].give_up
+    assert decisions[-1].reason == "5 lives in a row failed before 300 s of serving"
