@@ -46,3 +46,20 @@ async def test_the_histogram_title_fits_half_an_80_column_screen() -> None:
         await settled(pilot)
         title = str(app.screen.query_one(LengthHistogram).render()).splitlines()[0]
     assert "…" not in title and "4,096" in title and "recent" in title, title
+
+
+async def test_a_toast_reaches_the_right_edge_leaving_nothing_behind_it() -> None:
+    """No cells of the screen beneath show to the right of a toast (column 80 at 80x24)."""
+    from tests.fixtures.fake_daemon_client import FakeDaemon
+    from tests.tui.narrow_data import demo_fleet
+    from tests.tui.test_narrow_terminal import SMALL, STILL, settled
+    from tui.app import make_app
+
+    app = make_app(FakeDaemon(demo_fleet()), timing=STILL)
+    async with app.run_test(size=SMALL, notifications=True) as pilot:
+        await settled(pilot)
+        app.notify("paused: paused by operator", title="pause")
+        await settled(pilot)
+        await pilot.pause(0.2)
+        toast = app.screen.query_one("Toast")
+        assert toast.region.right == SMALL[0], toast.region
