@@ -79,6 +79,8 @@ class PromptRework(StoreConnection):
                 conn.execute("UPDATE prompts SET messages = ?, source_line = ?, "
                              "status = 'pending', attempts = 0, error = NULL WHERE id = ?",
                              (dumps(r.messages), r.source_line, r.id))
+                # New text: the old answer's tokens continue nothing of it.
+                conn.execute("DELETE FROM answer_tokens WHERE prompt_id = ?", (r.id,))
                 moved[got[0]] += 1
             for src in ("done", "failed"):
                 self._move(conn, src, PENDING, moved[src])

@@ -26,6 +26,13 @@ from state.records import (
     StatusCounts,
     TruncationCounts,
 )
+from state.token_ids_table import (
+    continue_now,
+    count_continued,
+    stored_answers,
+    truncated_to_pending,
+    write_tokens,
+)
 from state.waste_table import Wasted, insert_waste
 
 
@@ -88,9 +95,21 @@ class PromptsTable(StoreConnection):
         # with the same attempt count must not reuse an id a server may still hold.
         stamp = max(now, self._last_claim_stamp + 1e-6)
         with self._tx() as conn:
+            # Continuations first: they are the job's longest answers, and left behind fresh
+            # prompts they would be its tail. In the order they were stored (the partial
+            # index's own order: no sort of what may be 160K marked answers per claim).
             rows = conn.execute(
-                "SELECT rowid, id, messages, attempts FROM prompts WHERE status = 'pending' "
-                "ORDER BY attempts, rowid LIMIT ?", (limit,)).fetchall()
+                "SELECT p.rowid, p.id, p.messages, p.attempts FROM answer_tokens t "
+                "INDEXED BY answer_tokens_continuing JOIN prompts p ON p.id = t.prompt_id "
+                "WHERE t.continuing = 1 AND p.status = 'pending' "
+                "ORDER BY t.rowid LIMIT ?", (limit,)).fetchall()
+            stored = stored_answers(conn, [r[1] for r in rows]) if rows else {}
+            if len(rows) < limit:
+                taken = {r[0] for r in rows}
+                rows += [r for r in conn.execute(
+                    "SELECT rowid, id, messages, attempts FROM prompts WHERE status = 'pending' "
+                    "ORDER BY attempts, rowid LIMIT ?", (limit,)).fetchall()
+                    if r[0] not in taken][:limit - len(rows)]
             if not rows:
                 return []
             conn.executemany(
@@ -99,7 +118,8 @@ class PromptsTable(StoreConnection):
             self._move(conn, PENDING, IN_FLIGHT, len(rows))
             crash_point("claim.mid_tx")
         self._last_claim_stamp = stamp
-        return [ClaimedPrompt(r[1], json.loads(r[2]), r[3], stamp) for r in rows]
+        return [ClaimedPrompt(r[1], json.loads(r[2]), r[3], stamp, stored.get(r[1]))
+                for r in rows]
 
     def record(self, outcomes: Sequence[Outcome | Wasted]) -> None:
         """Apply a batch of outcomes in one transaction (group commit). An outcome for a
@@ -122,13 +142,20 @@ class PromptsTable(StoreConnection):
                 "UPDATE prompts SET status = 'done', attempts = attempts + 1, error = NULL, "
                 "content = ?, reasoning_content = ?, finish_reason = ?, prompt_tokens = ?, "
                 "completion_tokens = ?, reasoning_tokens = ?, max_tokens = ?, model = ?, "
-                "server = ?, started_at = ?, finished_at = ?, loop = ? "
+                "server = ?, started_at = ?, finished_at = ?, loop = ?, continued_from = ? "
                 "WHERE id = ? AND status = 'in_flight' RETURNING shard_id",
                 (c.content, c.reasoning_content, c.finish_reason, c.prompt_tokens,
                  c.completion_tokens, c.reasoning_tokens, o.max_tokens, o.model, o.server,
-                 o.started_at, o.finished_at, int(o.loop), o.id)).fetchall()
+                 o.started_at, o.finished_at, int(o.loop), o.continued_from,
+                 o.id)).fetchall()
             if got:
                 self._move(conn, IN_FLIGHT, DONE, 1)
+                write_tokens(conn, o.id, o.tokens)
+                if o.continued_from is not None:
+                    count_continued(conn, o.continued_from)
+                if o.continue_now and o.tokens is not None:
+                    continue_now(conn, o.id)
+                    self._move(conn, DONE, PENDING, 1)
                 shard_id = got[0][0]
                 if shard_id is not None:
                     # A regenerated prompt keeps its shard: rewrite it (and re-upload it).
@@ -162,17 +189,8 @@ class PromptsTable(StoreConnection):
         `include_loops`: a looping model loops again, at twice the cost. `at_most`: the
         count an operator was shown; the earliest finished that many go, so answers cut off
         while the operator read the dialog do not make the count a different number."""
-        where = ("WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
-                 + ("" if include_loops else " AND coalesce(loop, 0) = 0"))
         with self._tx() as conn:
-            if at_most is None:
-                n = conn.execute("UPDATE prompts INDEXED BY prompts_truncated "
-                                 "SET status = 'pending' " + where, (below_max_tokens,)).rowcount
-            else:
-                n = conn.execute(
-                    "UPDATE prompts SET status = 'pending' WHERE rowid IN (SELECT rowid FROM "
-                    f"prompts INDEXED BY prompts_truncated {where} ORDER BY finished_at, rowid "
-                    "LIMIT ?)", (below_max_tokens, max(0, at_most))).rowcount
+            n = truncated_to_pending(conn, below_max_tokens, include_loops, at_most)
             self._move(conn, DONE, PENDING, n)
         return n
 

@@ -43,6 +43,29 @@ class Completion:
 
 
 @dataclass(frozen=True)
+class TokenIds:
+    """An answer's exact tokens as SGLang sampled them (state/token_ids_table.py keeps them):
+    the prompt as the chat template rendered it, every output id so far (all parts of a
+    continued answer), and whether the last id left the model inside its thinking (a
+    continuation's assistant message then opens `<think>`)."""
+    prompt_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+    in_reasoning: bool
+    parts: int = 1
+
+
+@dataclass(frozen=True)
+class StoredAnswer:
+    """What a continuation starts from: the stored ids and the counts of the answer they
+    make, so the finished parts add up without asking the server."""
+    ids: TokenIds
+    prompt_tokens: int
+    completion_tokens: int
+    reasoning_tokens: int
+    max_tokens: int              # the limit the stored part was cut off at
+
+
+@dataclass(frozen=True)
 class Done:
     """A completion (finish_reason stop or length) and how it was produced."""
     id: str
@@ -53,6 +76,13 @@ class Done:
     started_at: float
     finished_at: float
     loop: bool = False           # truncated, and its tail repeats itself
+    # The exact tokens to keep for it (None: none kept; any stored earlier are dropped).
+    tokens: TokenIds | None = None
+    # Output tokens the last part started from, when it continued a stored answer.
+    continued_from: int | None = None
+    # Back to pending at once, to be continued from `tokens` (cut off under a limit that was
+    # raised with continue while it ran).
+    continue_now: bool = False
 
 
 @dataclass(frozen=True)
@@ -90,6 +120,8 @@ class ClaimedPrompt:
     # the attempt it makes the request id, so a later daemon can name (and abort) on the
     # server what an earlier one had in flight when it died (InFlightClaim).
     claimed_at: float = 0.0
+    # Set when the prompt goes out as a continuation of its stored answer.
+    stored: StoredAnswer | None = None
 
 
 @dataclass(frozen=True)
@@ -164,6 +196,8 @@ class ShardLine:
     attempts: int
     finished_at: float | None
     loop: bool | None = None     # None: recorded before loops were checked
+    continued_from: int | None = None   # output tokens the last part started from
+    output_ids: tuple[int, ...] | None = None   # when the shard line carries them
 
 
 @dataclass(frozen=True)

@@ -19,10 +19,10 @@ from __future__ import annotations
 
 import sqlite3
 
-from state.schema_audit_views import AUDIT_VIEWS
+from state.schema_audit_views import AUDIT_VIEWS, OPERATOR_ACTIONS_V11
 from supervisor.contract.waste_causes import WasteCause
 
-SCHEMA_VERSION = 10
+SCHEMA_VERSION = 12
 
 _V1 = [
     """
@@ -362,9 +362,53 @@ _V10 = [
        WHERE status = 'pending' AND finish_reason = 'length'""",
 ]
 
+# Continuing truncated answers from their exact tokens (state/token_ids_table.py). The ids
+# live in a table of their own, keyed by prompt id: a 4,096-token answer's ids are 16 KB, and
+# in `prompts` they would sit between every audit query and the columns it reads. Kept for
+# every answer that ends `length` (and for every answer when job.keep_token_ids = "all").
+# `continuing` 1 marks a prompt sent back to pending to be continued from these ids: the
+# claim gives such prompts out first (the partial index holds only them), and every retry of
+# it starts again from the ids stored here, which only a finished continuation replaces.
+# `prompts.continued_from`: the output tokens the answer's last part started from (NULL:
+# generated in one go), what the shard line says. A done answer sent back to be continued
+# wastes nothing, so the requeue trigger of version 6 learns to leave it alone.
+_V12 = [
+    """
+    CREATE TABLE answer_tokens (
+        prompt_id    TEXT PRIMARY KEY,
+        prompt_ids   BLOB NOT NULL,                   -- uint32 little-endian, 4 bytes a token
+        output_ids   BLOB NOT NULL,                   -- every sampled id so far, all parts
+        in_reasoning INTEGER NOT NULL CHECK (in_reasoning IN (0, 1)),  -- cut inside <think>
+        parts        INTEGER NOT NULL DEFAULT 1,      -- requests the ids came from
+        continuing   INTEGER NOT NULL DEFAULT 0 CHECK (continuing IN (0, 1))
+    )
+    """,
+    "CREATE INDEX answer_tokens_continuing ON answer_tokens (continuing) WHERE continuing = 1",
+    "ALTER TABLE prompts ADD COLUMN continued_from INTEGER",
+    """
+    CREATE TABLE continued_totals (
+        answers INTEGER NOT NULL,                     -- continuations finished
+        tokens  INTEGER NOT NULL                      -- tokens they did not decode again
+    )
+    """,
+    "INSERT INTO continued_totals (answers, tokens) VALUES (0, 0)",
+    "DROP TRIGGER ledger_answer_requeued",
+    f"""
+    CREATE TRIGGER ledger_answer_requeued AFTER UPDATE OF status ON prompts
+    WHEN old.status = 'done' AND new.status <> 'done' AND coalesce(old.loop, 0) = 0
+         AND NOT EXISTS (SELECT 1 FROM answer_tokens
+                         WHERE prompt_id = old.id AND continuing = 1) BEGIN
+        INSERT INTO waste (time, cause, prompt_id, server, tokens)
+        VALUES ({_NOW}, '{WasteCause.REQUEUE}', old.id, old.server,
+                coalesce(old.completion_tokens, 0));
+    END
+    """,
+]
+
 # version -> statements that bring the DB from version-1 to version.
 MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: AUDIT_VIEWS, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
-                                    8: _V8, 9: _V9, 10: _V10}
+                                    8: _V8, 9: _V9, 10: _V10, 11: OPERATOR_ACTIONS_V11,
+                                    12: _V12}
 
 
 class SchemaError(RuntimeError):

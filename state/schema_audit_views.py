@@ -1,7 +1,8 @@
 """Version 2 of the state DB's schema (schema.py runs it): the audit views, the questions an
-auditor asks of the events and prompts tables, answered in SQL they need not write. Kept
-apart because it is the one migration an auditor reads; like every migration it is history
-and does not change."""
+auditor asks of the events and prompts tables, answered in SQL they need not write; and
+version 11, `audit_operator_actions` again with the person apart from the process. Kept
+apart because these are the migrations an auditor reads; like every migration they are
+history and do not change."""
 
 from __future__ import annotations
 
@@ -75,6 +76,38 @@ AUDIT_VIEWS = [
            datetime(assigned_at, 'unixepoch') AS assigned_at,
            datetime(written_at, 'unixepoch') AS written_at
     FROM shards WHERE status <> 'uploaded'
+    ORDER BY id
+    """,
+]
+
+
+# An action over the control socket is recorded twice: a `control_action` event (the request,
+# the result and the caller's uid, name and pid, supervisor/control/actions.py) and the
+# event of its effect (`max_tokens`, `paused`, ...), both with the actor "NAME (uid U, pid P)"
+# (supervisor/control/peer.py). Version 2's view showed both, and its `user` was that whole
+# actor, so `group by user` split one person by every TUI process they ran. Version 11 folds
+# each socket action into its `control_action` row (the action named by the endpoint, the
+# server it named as subject) and keeps the user apart from the uid and pid. Actions from
+# elsewhere (`systemd` for a reload, a command's own actor) are unchanged, one row each.
+_SOCKET_ACTOR = "(actor LIKE '% (uid %, pid %)' OR actor = 'control (unknown peer)')"
+OPERATOR_ACTIONS_V11 = [
+    "DROP VIEW audit_operator_actions",
+    f"""
+    CREATE VIEW audit_operator_actions AS
+    SELECT id, datetime(time, 'unixepoch') AS at,
+           CASE WHEN kind = '{EventKind.CONTROL_ACTION}'
+                THEN coalesce(json_extract(detail, '$.caller.user'), actor)
+                ELSE actor END AS user,
+           json_extract(detail, '$.caller.uid') AS uid,
+           json_extract(detail, '$.caller.pid') AS pid,
+           kind = '{EventKind.CONTROL_ACTION}' AS via_socket,
+           CASE WHEN kind = '{EventKind.CONTROL_ACTION}' THEN subject ELSE kind END AS action,
+           CASE WHEN kind = '{EventKind.CONTROL_ACTION}'
+                THEN json_extract(detail, '$.request.server') ELSE subject END AS subject,
+           detail
+    FROM events
+    WHERE actor NOT IN {_INTERNAL_ACTORS}
+      AND (kind = '{EventKind.CONTROL_ACTION}' OR NOT {_SOCKET_ACTOR})
     ORDER BY id
     """,
 ]

@@ -36,6 +36,7 @@ class RestoredLine:
     attempts: int
     finished_at: float | None
     loop: bool | None = None     # None: written before loops were checked
+    continued_from: int | None = None   # the line says it was continued from its tokens
 
 
 class ShardAudit(StoreConnection):
@@ -85,7 +86,8 @@ class ShardAudit(StoreConnection):
                     "reasoning_content = ?, finish_reason = ?, prompt_tokens = ?, "
                     "completion_tokens = ?, reasoning_tokens = ?, max_tokens = ?, model = ?, "
                     "server = ?, attempts = ?, finished_at = ?, loop = ?, started_at = NULL, "
-                    "error = NULL, shard_id = ? WHERE id = ?",
+                    "error = NULL, shard_id = ?, continued_from = ? WHERE id = ?",
                     (dumps(ln.messages), ln.content, ln.reasoning_content, ln.finish_reason,
                      ln.prompt_tokens, ln.completion_tokens, ln.reasoning_tokens, ln.max_tokens,
-                     ln.model, ln.server, ln.attempts, ln.finished_at, ln.loop, shard_id, ln.id))
+                     ln.model, ln.server, ln.attempts, ln.finished_at, ln.loop, shard_id,
+                     ln.continued_from, ln.id))

@@ -10,18 +10,23 @@ from typing import Any
 from state.connection import StoreConnection
 from state.crash_points import crash_point
 from state.records import Completion, Shard, ShardLine
+from state.token_ids_table import unpack_ids
 
 _SHARD_COLUMNS = ("id, key, status, records, bytes, sha256, md5, etag, checksum, written_at, "
                   "uploaded_at, upload_attempts, last_error, version")
 
 _LINE_COLUMNS = ("id, messages, content, reasoning_content, finish_reason, prompt_tokens, "
                  "completion_tokens, reasoning_tokens, max_tokens, model, server, attempts, "
-                 "finished_at, loop")
+                 "finished_at, loop, continued_from")
+# The sampled output ids, for shard lines that carry them (job.shard_output_ids).
+_IDS_JOIN = " LEFT JOIN answer_tokens t ON t.prompt_id = prompts.id"
 
 
 def _line(r: tuple) -> ShardLine:
     return ShardLine(r[0], json.loads(r[1]), Completion(*r[2:8]), r[8], r[9], r[10],
-                     r[11], r[12], loop=None if r[13] is None else bool(r[13]))
+                     r[11], r[12], loop=None if r[13] is None else bool(r[13]), continued_from=r[14],
+                     output_ids=unpack_ids(r[15]) if len(r) > 15 and r[15] is not None
+                     else None)
 
 
 class ShardsTable(StoreConnection):
@@ -77,21 +82,25 @@ class ShardsTable(StoreConnection):
     def shards_to_upload(self) -> list[Shard]:
         return self._shards("status = 'written'")
 
-    def shard_lines(self, shard_id: int) -> list[ShardLine]:
+    def shard_lines(self, shard_id: int, output_ids: bool = False) -> list[ShardLine]:
         """Every prompt of the shard, by id. The stored result is used whatever the prompt's
-        status: a prompt being regenerated keeps its previous line until the new one lands."""
-        rows = self._read(f"SELECT {_LINE_COLUMNS} FROM prompts WHERE shard_id = ? "
+        status: a prompt being regenerated keeps its previous line until the new one lands.
+        With `output_ids`, each line carries its answer's stored output ids."""
+        ids, join = (", t.output_ids", _IDS_JOIN) if output_ids else ("", "")
+        rows = self._read(f"SELECT {_LINE_COLUMNS}{ids} FROM prompts{join} WHERE shard_id = ? "
                           "ORDER BY id", (shard_id,))
         return [_line(r) for r in rows]
 
-    def shard_line_batches(self, shard_id: int, size: int) -> Iterator[list[ShardLine]]:
+    def shard_line_batches(self, shard_id: int, size: int,
+                           output_ids: bool = False) -> Iterator[list[ShardLine]]:
         """`shard_lines` in batches of `size` lines, each its own read (by id, after the
         last one read), so a whole shard's answers are never in memory at once. A prompt
         regenerated between two reads bumps the shard's version: the writer's
         `mark_shard_written(version=...)` then refuses the file, and it is written again."""
         after = ""
+        ids, join = (", t.output_ids", _IDS_JOIN) if output_ids else ("", "")
         while True:
-            rows = self._read(f"SELECT {_LINE_COLUMNS} FROM prompts WHERE shard_id = ? "
+            rows = self._read(f"SELECT {_LINE_COLUMNS}{ids} FROM prompts{join} WHERE shard_id = ? "
                               "AND id > ? ORDER BY id LIMIT ?", (shard_id, after, size))
             if rows:
                 yield [_line(r) for r in rows]

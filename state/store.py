@@ -25,10 +25,11 @@ from state.settings_table import SettingsTable
 from state.shard_audit import ShardAudit
 from state.shards_table import ShardsTable
 from state.status_reads import StatusReads
+from state.token_ids_table import TokenIdsTable
 from state.waste_table import WasteTable
 
 
 class Store(StatusReads, PromptsTable, ShardsTable, EventsTable, SettingsTable,
-            ServerProcessesTable, PromptRework, ShardAudit, WasteTable):
+            ServerProcessesTable, PromptRework, ShardAudit, WasteTable, TokenIdsTable):
     """Every query of the daemon, one table family per base class, over one connection
     (state/connection.py): `store.claim(...)`, `AsyncStore.call(Store.claim, ...)`."""

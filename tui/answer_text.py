@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from supervisor.client.text import si
 from supervisor.contract.actions import (
     MaxTokensResult,
     PauseResult,
@@ -16,6 +17,11 @@ from tui.flag_text import show_value
 
 def max_tokens(r: MaxTokensResult) -> str:
     text = f"max tokens {r.old:,} → {r.new:,}"
+    if r.continued is not None:
+        kept = si(r.tokens_kept or 0)
+        text += f"; {r.continued:,} truncated answers to continue ({kept} tokens kept)"
+        if r.from_scratch:
+            text += f", {r.from_scratch:,} with no stored tokens re-run from the start"
     if r.requeued is not None:
         text += f"; {r.requeued:,} truncated prompts requeued"
     return text

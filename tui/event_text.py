@@ -24,6 +24,14 @@ def describe(event: Event) -> str:
     if k == EventKind.REQUEUE_TRUNCATED:
         return (f"requeued {d.get('count', '?')} truncated prompts "
                 f"(under {d.get('below_max_tokens', '?')} tokens)")
+    if k == EventKind.CONTINUE_TRUNCATED:
+        kept = d.get("tokens_kept")
+        text = (f"continuing {d.get('continued', '?')} truncated answers from their tokens "
+                f"({count(kept) if isinstance(kept, int) else '?'} kept, under "
+                f"{d.get('below_max_tokens', '?')} tokens)")
+        again = d.get("from_scratch")
+        return text + (f"; {again} with no stored tokens re-run from the start"
+                       if again else "")
     if k == EventKind.PAUSED:
         return f"paused ({event.subject}): {d.get('reason', '')}"
     if k == EventKind.RESUMED:

@@ -64,10 +64,15 @@ def progress_line(s: c.Status) -> str:
     return "  ".join(parts)
 
 
+def clipped(text: str, width: int) -> str:
+    """`text` in at most `width` characters, its cut said by an ellipsis."""
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
 def event_line(e: c.Event) -> str:
     who = e.actor if e.caller is None else f"{e.caller.user}(uid {e.caller.uid}, pid {e.caller.pid})"
     return (f"{clock(e.time)}  #{e.id:<6} {e.kind:<16} {e.subject:<12} {who:<24} "
-            f"{e.detail_json[:140]}")
+            f"{clipped(e.detail_json, 140)}")
 
 
 def sglang_line(srv: c.ServerStatus) -> str:
@@ -98,8 +103,28 @@ def waste_line(w: c.Waste) -> str:
     """Goodput and what was thrown away, by cause (causes with nothing left out)."""
     goodput = "--" if w.goodput is None else f"{100 * w.goodput:.1f}%"
     causes = ", ".join(f"{x.cause} {si(x.tokens)}" for x in w.causes if x.tokens)
-    return (f"goodput {goodput}: {si(w.kept_tokens)} tokens kept, {si(w.wasted_tokens)} "
+    text = (f"goodput {goodput}: {si(w.kept_tokens)} tokens kept, {si(w.wasted_tokens)} "
             f"wasted" + (f" ({causes})" if causes else ""))
+    if w.continued_tokens:
+        text += (f"; {si(w.continued_tokens)} not decoded again by continuing "
+                 f"{w.continued_answers:,} truncated answers")
+    return text
+
+
+def continuation_line(cont: c.Continuation, max_tokens: int) -> str | None:
+    """What a raise of max tokens would continue now (None: nothing truncated to speak of)."""
+    if not (cont.continuable or cont.without_ids or cont.pending):
+        return None
+    parts = []
+    if cont.pending:
+        parts.append(f"{cont.pending:,} continuing now (they go out before fresh prompts)")
+    if cont.continuable or cont.without_ids:
+        parts.append(f"{cont.continuable:,} truncated answers can be continued "
+                     f"({si(cont.tokens_kept)} tokens kept): ctl max-tokens N "
+                     f"--continue-truncated with N above {max_tokens:,}")
+    if cont.without_ids:
+        parts.append(f"{cont.without_ids:,} have no stored tokens (re-run from the start)")
+    return "; ".join(parts)
 
 
 def report(s: c.Status, source: str) -> str:
@@ -119,6 +144,9 @@ def report(s: c.Status, source: str) -> str:
         out.append(f"quality  {s.quality.tripped}")
     if s.waste is not None:
         out.append(f"waste    {waste_line(s.waste)}")
+    cont = continuation_line(s.continuation, s.max_tokens) if s.continuation else None
+    if cont:
+        out.append(f"continue {cont}")
     b = s.breaker
     if b is not None and b.samples and b.error_rate:
         kinds = ", ".join(f"{e.kind} {e.count}" for e in b.errors)
@@ -175,6 +203,12 @@ def result_text(record: object) -> str:
     """One readable line for an action's answer."""
     if isinstance(record, MaxTokensResult):
         more = f", {record.requeued} truncated prompts requeued" if record.requeued is not None else ""
+        if record.continued is not None:
+            more += (f", {record.continued:,} truncated answers to be continued "
+                     f"({record.tokens_kept or 0:,} tokens kept)")
+            if record.from_scratch:
+                more += (f"; {record.from_scratch:,} answers had no stored tokens: re-run "
+                         f"from the start")
         return f"max tokens {record.old} -> {record.new}{more}"
     if isinstance(record, RequeueResult):
         left = (f"; {record.loops_left} looping ones left (--include-loops re-runs them)"

@@ -7,6 +7,11 @@ renames flags between releases and a typo would otherwise surface as eight serve
 start. A launch command of another shape (a wrapper script) is asked for its `--help`
 instead, where SGLang is installed here, and every flag is looked up in it.
 
+It says what the config names that is not on this node (node_paths.py: an error where the
+daemon would fail, a warning where it may appear later, a note for a model SGLang fetches),
+when the GPU indices could not be checked (no NVML), and, with thinking on, each attached
+server's reasoning parser as its /server_info says (refused when it has none).
+
 It also makes the start's check of the output directory (a file, or not writable: refused)
 and, while no state DB exists, refuses shard files already in a local output (the daemon
 would refuse to start over them).
@@ -27,8 +32,11 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 
+from supervisor.commands.node_paths import node_paths
 from supervisor.config import ConfigError, JobConfig, check_gpus_exist, load_config
 from supervisor.config.attach_urls import attach_targets
+from supervisor.gpu.visible_devices import visible_devices
+from supervisor.job.attached_thinking import attached_parsers, refusal
 from supervisor.servers.flag_gate import sglang_verdict
 from supervisor.servers.launch_command import build_specs, max_running, server_devices
 from supervisor.sglang.flag_check import FlagVerdict
@@ -84,6 +92,16 @@ def describe(cfg: JobConfig) -> list[str]:
     return lines
 
 
+def _unchecked_gpus(cfg: JobConfig, device_count: int | None) -> list[str]:
+    """A line when the GPU indices could not be held against the node (check_gpus_exist)."""
+    if (not cfg.servers.own_servers or device_count is not None or visible_devices() is not None
+            or any("supervisor.sim" in part for part in cfg.servers.command)):
+        return []
+    return [f"servers: GPU indices {', '.join(map(str, cfg.servers.gpu_list))} not checked: "
+            "no NVML here (no NVIDIA driver, or pynvml missing), so the node's GPU count is "
+            "not known"]
+
+
 def _parser_problems(cfg: JobConfig, verdict: FlagVerdict) -> list[str]:
     """SGLang's own refusal first, then each flag its parser does not know, with a close name."""
     problems = [f"servers.flags: SGLang's parser refuses them: {verdict.detail}"]
@@ -116,7 +134,8 @@ def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None =
     try:
         cfg = load_config(args.config)
         from supervisor.gpu.nvml_source import node_gpu_count
-        check_gpus_exist(cfg, node_gpu_count())
+        gpus = node_gpu_count()
+        check_gpus_exist(cfg, gpus)
     except ConfigError as exc:
         print(f"config error: {exc}", file=sys.stderr)
         return 2
@@ -131,9 +150,20 @@ def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None =
     if stray:
         print(f"config error: {stray_shards_message(cfg, stray, args.config)}", file=sys.stderr)
         return 2
-    print(f"config OK: {args.config}")
-    for line in describe(cfg):
+    found = node_paths(cfg)
+    attached = attached_parsers(cfg)
+    refused = refusal(attached)
+    for error in found.errors + ([refused] if refused else []):
+        print(f"config error: {error}", file=sys.stderr)
+    for warning in found.warnings + _unchecked_gpus(cfg, gpus):
+        print(f"warning: {warning}", file=sys.stderr)
+    failed = bool(found.errors or refused)
+    # The commands are worth seeing either way: they are what the daemon would run.
+    print(f"config NOT OK (errors above): {args.config}" if failed else f"config OK: {args.config}")
+    for line in describe(cfg) + found.notes + [a.line() for a in attached]:
         print(line)
+    if failed:
+        return 2
     if args.skip_flag_check or not cfg.servers.own_servers:
         return 0
     if help_provider is None:

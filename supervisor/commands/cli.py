@@ -10,8 +10,8 @@ install of boto3 or NVML does not stop them).
     check   --config PATH        validate a config, print each server's command line
     status  [--state DB]         live status from the control socket (the DB when no daemon answers)
     ctl     ACTION ...           act on the running daemon (max-tokens, pause, restart, ...)
-    verify  --prompts F --output P   a whole (many-node) job's output checked from outside
-    verify  --state DB           one job's output checked against its DB (exit 1 on a mismatch)
+    verify  --prompts F --output P [--state DB]   a whole (many-node) job's output checked from outside
+    verify  --state DB [--output P]   one job's output checked against its DB (exit 1 on a mismatch)
     requeue --failed --state DB  failed prompts back to pending (audited)
     rebuild-state --config PATH  a lost state DB rebuilt from the output and the prompts
     serve-server --spec PATH     exec one server from its spec file (the server units run it)
@@ -51,15 +51,17 @@ COMMANDS: dict[str, tuple[str, str]] = {
 # tool killed by SIGPIPE reports (the shell's pipefail reads it the same way).
 EXIT_BROKEN_PIPE = 141
 
-# `verify --state DB` checks one job against its DB; without it, a whole (many-node) output
-# from the outside.
+# `verify --state DB` checks one job against its DB; with --prompts, a whole (many-node) output
+# from the outside (a DB given there only lends its shards' checksums).
 VERIFY_STATE = "supervisor.commands.verify_state"
 
 
 def entry_point(command: str, rest: Sequence[str]) -> Callable[[Sequence[str]], int]:
     module = COMMANDS[command][0]
-    if command == "verify" and any(a == "--state" or a.startswith("--state=") for a in rest):
-        module = VERIFY_STATE
+    if command == "verify":
+        from supervisor.commands.verify_forms import is_state_form
+        if is_state_form(rest):
+            module = VERIFY_STATE
     main: Callable[[Sequence[str]], int] = importlib.import_module(module).main
     return main
 

@@ -83,8 +83,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="action", required=True, metavar="ACTION")
     a = sub.add_parser("max-tokens", help="set max tokens for requests sent from now on")
     a.add_argument("value", type=int)
-    a.add_argument("--requeue-truncated", action="store_true",
-                   help="also re-run the prompts truncated under a lower limit")
+    how = a.add_mutually_exclusive_group()
+    how.add_argument("--continue-truncated", action="store_true",
+                     help="continue each answer truncated under a lower limit from its exact "
+                     "tokens (decodes only what lies past the old limit)")
+    how.add_argument("--requeue-truncated", action="store_true",
+                     help="re-run the prompts truncated under a lower limit from scratch")
+    a.add_argument("--include-loops", action="store_true",
+                   help="with --continue-truncated: continue the looping answers too")
     a = sub.add_parser("requeue-truncated", help="re-run prompts truncated below max tokens "
                        "(degenerate loops stay unless --include-loops)")
     a.add_argument("--include-loops", action="store_true",

@@ -5,7 +5,8 @@ writer); the live rates need the daemon and come from its control socket instead
 reads (state/checked_open.py open_for_reading): a file that is not a state DB is named and
 left as it was, a DB of an older schema is read without being migrated, and a stopped job's
 DB is read by a user who may read the file but not write its directory. Every figure comes
-from a counter the daemon keeps (status_counts, truncation_counts, token_ledger), so it
+from a counter the daemon keeps (status_counts, truncation_counts, token_ledger,
+continued_totals, the partial index of answers marked to continue), so it
 costs the same at 3K prompts as at 900K.
 """
 
@@ -19,7 +20,10 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from supervisor.client.text import clipped
+
 if TYPE_CHECKING:
+    from state.continuation_reads import ContinuationTotals
     from state.store import Store
     from state.waste_table import TokenLedger
 
@@ -30,7 +34,9 @@ def open_db(state: str | Path) -> Store:
     return open_for_reading(Path(state))
 
 
-def main(state: str, events: int = 10) -> int:
+def main(state: str, events: int = 10, header: str | None = None) -> int:
+    """`header` is printed once the DB has opened: a file that is not a state DB gets its
+    one-line error alone, not a heading that promises a status."""
     from state.checked_open import StateDBError
 
     try:
@@ -39,6 +45,8 @@ def main(state: str, events: int = 10) -> int:
         print(f"dflash-supervisor: {exc}", file=sys.stderr)
         return 2
     try:
+        if header is not None:
+            print(header, flush=True)
         _print_summary(store, events)
     except sqlite3.Error as exc:
         # A damaged page where status reads (it does not check the whole file: see
@@ -62,8 +70,12 @@ def _print_summary(store: Store, events: int) -> None:
               "(requeue truncated leaves the looping ones); "
               f"{t.in_thinking} cut off inside the thinking (no answer)")
     ledger = _ledger(store)
+    continued = _continued(store)
     if ledger is not None and ledger.generated_tokens:
-        print(f"waste    {_waste_text(ledger)}")
+        print(f"waste    {_waste_text(ledger, continued)}")
+    if continued is not None and continued.continuing:
+        print(f"continue {continued.continuing} truncated answers marked to be continued from "
+              "their stored tokens (the daemon sends them before fresh prompts)")
     joules = _joules(store)
     if joules:
         print(f"energy   {joules / 3.6e6:.2f} kWh on the job's GPUs so far")
@@ -73,11 +85,11 @@ def _print_summary(store: Store, events: int) -> None:
     failed = store.last_upload_error()
     if failed is not None:
         key, attempts, error = failed
-        print(f"uploads  {key} waiting after {attempts} failed uploads: {error[:200]}")
+        print(f"uploads  {key} waiting after {attempts} failed uploads: {clipped(error, 200)}")
     for e in store.recent_events(events):
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(e.time))
         print(f"{when}  {e.kind:<18} {e.subject:<10} {e.actor:<12} "
-              f"{json.dumps(e.detail, ensure_ascii=False)[:160]}")
+              f"{clipped(json.dumps(e.detail, ensure_ascii=False), 160)}")
 
 
 def _ledger(store: Store) -> TokenLedger | None:
@@ -85,14 +97,21 @@ def _ledger(store: Store) -> TokenLedger | None:
     return store.token_ledger() if store.schema_version >= 6 else None
 
 
-def _waste_text(ledger: TokenLedger) -> str:
+def _continued(store: Store) -> ContinuationTotals | None:
+    """Continuations finished and marked; None for a DB from before them (schema 11)."""
+    return store.continuation_totals() if store.schema_version >= 12 else None
+
+
+def _waste_text(ledger: TokenLedger, continued: ContinuationTotals | None) -> str:
     """The waste ledger as the live status says it (supervisor/client/text.py waste_line)."""
     from supervisor.client.text import waste_line
     from supervisor.contract.status import Waste, WasteCount
     return waste_line(Waste(
         kept_tokens=ledger.kept_tokens, wasted_tokens=ledger.wasted_tokens,
         goodput=ledger.goodput,
-        causes=tuple(WasteCount(str(w.cause), w.requests, w.tokens) for w in ledger.wasted)))
+        causes=tuple(WasteCount(str(w.cause), w.requests, w.tokens) for w in ledger.wasted),
+        continued_answers=continued.continued_answers if continued else 0,
+        continued_tokens=continued.continued_tokens if continued else 0))
 
 
 def _joules(store: Store) -> float:
@@ -111,6 +130,10 @@ def _waste_json(ledger: TokenLedger | None) -> dict[str, object] | None:
             "goodput": ledger.goodput,
             "causes": {str(w.cause): {"requests": w.requests, "tokens": w.tokens}
                        for w in ledger.wasted}}
+
+
+def _continued_json(t: ContinuationTotals | None) -> dict[str, int] | None:
+    return None if t is None else dataclasses.asdict(t)
 
 
 def summary_json(state: str) -> dict[str, object]:
@@ -136,4 +159,5 @@ def _summary(store: Store) -> dict[str, object]:
                         "backlog_shards": shards, "backlog_bytes": nbytes},
             "truncated": dataclasses.asdict(store.truncation_counts()),
             "waste": _waste_json(_ledger(store)),
+            "continued": _continued_json(_continued(store)),
             "energy_kwh": _joules(store) / 3.6e6}

@@ -92,6 +92,8 @@ def _run(args: argparse.Namespace) -> int:
         from supervisor.servers.flag_gate import require_accepted_flags
         if config.servers.own_servers:     # attached servers run their own job's flags
             require_accepted_flags(config.servers)
+        from supervisor.job.attached_thinking import require_attached_parsers
+        require_attached_parsers(config)
     except ConfigError as exc:
         print(f"dflash-supervisor: invalid config: {exc}", file=sys.stderr)
         return EXIT_CONFIG

@@ -114,5 +114,5 @@ def _offline(args: argparse.Namespace, why: str) -> int:
             return EXIT_USAGE
         print(json.dumps({"source": "state-db", "why": why, **data}), flush=True)
         return EXIT_OK
-    print(f"from the state DB ({why}): live rates need the daemon", flush=True)
-    return offline_main(args.state, args.events)
+    return offline_main(args.state, args.events,
+                        header=f"from the state DB ({why}): live rates need the daemon")

@@ -1,8 +1,11 @@
-"""`dflash-supervisor verify --prompts FILE --output PREFIX`
+"""`dflash-supervisor verify --prompts FILE --output PREFIX [--state DB]`
 
 Reads every shard of every partition under PREFIX (`s3://bucket/prefix/` or a directory) and
 checks it against the prompt file: each usable prompt present exactly once, in its own
-partition, every line parseable, every shard's bytes matching the digest its node recorded.
+partition, every line parseable, every shard's bytes matching the digest its node recorded
+(in its state backup, or in the state DB given with `--state`). A partition with neither (a
+single-node job keeps no backup by default) has its checksums said once to be unchecked: not a
+failure, since its lines are still read and counted.
 Exit 0 only when complete and clean, 1 when not, 2 when it could not check (bad arguments,
 unreachable store). Progress goes to stderr, the report to stdout.
 """
@@ -19,6 +22,7 @@ from typing import TextIO
 
 from supervisor.config import UploadsSection
 from supervisor.output_verify.scan import OutputVerifier, Progress
+from supervisor.state_backup.manifest import ShardRecord
 from supervisor.uploads.output_reader import output_reader
 from supervisor.uploads.sink import UploadError
 
@@ -45,17 +49,38 @@ class _ProgressLine:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="dflash-supervisor verify",
+    from supervisor.commands.verify_forms import FORMS, WHICH
+    p = argparse.ArgumentParser(prog="dflash-supervisor verify", usage=FORMS, epilog=WHICH,
                                 description="Check a whole (many-node) job's output against "
                                             "its prompt file, from the outside.")
     p.add_argument("--prompts", required=True, help="the job's JSONL prompt file")
     p.add_argument("--output", required=True, help="s3://bucket/prefix/ or a directory")
+    p.add_argument("--state", help="take the shards' checksums from this (single-node) job's "
+                                   "state DB instead of its state backup")
     p.add_argument("--endpoint-url", help="an S3-compatible endpoint")
     p.add_argument("--region", help="the bucket's region (else boto3's chain)")
     p.add_argument("--partitions", type=int, help="N, when no shard says it yet")
     p.add_argument("--scratch-dir", help="where the temporary id ledger goes (default $TMPDIR)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
     return p
+
+
+def recorded_shards(state: Path) -> dict[str, ShardRecord] | str:
+    """The digests a state DB recorded for its written and uploaded shards, or why not."""
+    from state.checked_open import StateDBError, open_checked
+    from state.records import SHARD_UPLOADED, SHARD_WRITTEN
+
+    try:
+        # Read only: a daemon may be running this job right now.
+        store = open_checked(state, create=False, probe_write=False)
+    except StateDBError as exc:
+        return str(exc)
+    try:
+        return {s.key: ShardRecord(s.key, s.records, s.bytes, s.sha256)
+                for s in store.shards()
+                if s.status in (SHARD_WRITTEN, SHARD_UPLOADED) and s.sha256 is not None}
+    finally:
+        store.close()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -76,9 +101,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError as exc:
         print(f"dflash-supervisor verify: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    recorded = None
+    if args.state is not None:
+        recorded = recorded_shards(Path(args.state))
+        if isinstance(recorded, str):
+            print(f"dflash-supervisor verify: {recorded}", file=sys.stderr)
+            return EXIT_ERROR
     verifier = OutputVerifier(reader, prompts, args.partitions,
                               Path(args.scratch_dir) if args.scratch_dir else None,
-                              None if args.quiet else _ProgressLine(sys.stderr))
+                              None if args.quiet else _ProgressLine(sys.stderr), recorded)
     try:
         report = verifier.run()
     except (UploadError, OSError) as exc:

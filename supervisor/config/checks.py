@@ -15,6 +15,8 @@ from supervisor.config.sections import ConfigError, JobConfig, ServersSection
 # before it answers 503 (`sglang/srt/entrypoints/http_server.py:218` HEALTH_CHECK_TIMEOUT,
 # SGLANG_HEALTH_CHECK_TIMEOUT; the wait loop polls each second, :779).
 SGLANG_HEALTH_WAIT_S = 20.0
+# job.keep_token_ids: the answers whose exact ids the state DB keeps.
+KEEP_TOKEN_IDS = ("truncated", "all")
 
 
 def validate(cfg: JobConfig) -> None:
@@ -23,6 +25,12 @@ def validate(cfg: JobConfig) -> None:
             raise ConfigError(f"{key}: must be > 0, got {value}")
 
     positive("job.shard_size", cfg.job.shard_size)
+    if cfg.job.keep_token_ids not in KEEP_TOKEN_IDS:
+        raise ConfigError(f"job.keep_token_ids: must be \"truncated\" or \"all\", got "
+                          f"{cfg.job.keep_token_ids!r}")
+    if cfg.job.shard_output_ids and cfg.job.keep_token_ids != "all":
+        raise ConfigError("job.shard_output_ids: needs job.keep_token_ids = \"all\" (only "
+                          "then are the ids of answers that end \"stop\" kept)")
     positive("generation.max_tokens", cfg.generation.max_tokens)
     if not 0 <= cfg.generation.temperature <= 2:
         raise ConfigError(f"generation.temperature: must be within 0..2, got {cfg.generation.temperature}")
@@ -215,8 +223,11 @@ def _check_model_name(cfg: JobConfig) -> None:
 # answer is then "bad" in a way a day-long job only shows at the end (or, paused by the
 # quality gate, after the first window) -- an operator would rather be stopped at start
 # than find 900K answers with their thinking in the wrong field.
+#
+# Only the daemon's own servers take `[servers.flags]`: an attached server's parser is read
+# from its /server_info at start (supervisor/job/attached_thinking.py).
 def _check_thinking_parser(cfg: JobConfig) -> None:
-    if not cfg.generation.enable_thinking:
+    if not cfg.generation.enable_thinking or not cfg.servers.own_servers:
         return
     parser = cfg.servers.flags.get("reasoning-parser")
     if parser is None or parser is False or parser == "":

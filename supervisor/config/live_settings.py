@@ -81,6 +81,19 @@ class LiveSettings:
                              f"({context}): SGLang would refuse every request")
         return value
 
+    def check_continuation(self, max_tokens: int, longest_prompt: int) -> None:
+        """Continuing truncated answers up to `max_tokens`: SGLang checks a request's input
+        plus its max new tokens against the context length, and a continuation's input is
+        the prompt and the tokens kept, its max new tokens the rest up to `max_tokens`, so
+        the longest prompt (`longest_prompt` tokens) plus `max_tokens` must fit. ValueError
+        with the numbers otherwise."""
+        context = self.context_length
+        if context is not None and longest_prompt + max_tokens > context:
+            raise ValueError(
+                f"continue: the longest truncated prompt has {longest_prompt:,} tokens; with "
+                f"max tokens {max_tokens:,} that is {longest_prompt + max_tokens:,}, over the "
+                f"servers' context length ({context:,})")
+
     def _check_context(self, sections: Iterable[ServersSection], max_tokens: int,
                        what: str) -> None:
         for s in sections:

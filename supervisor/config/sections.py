@@ -74,6 +74,13 @@ class JobSection:
                                       "Indexed Job (docs/many-nodes.md)")
     partition_count: int = key(0, "N for a Kubernetes Indexed Job (0: the "
                                "`DFLASH_PARTITION_COUNT` variable)")
+    keep_token_ids: str = key("truncated", "exact token ids kept in the state DB, 4 bytes a "
+                              "token: `\"truncated\"` those of every answer that ends at its "
+                              "max tokens (what continuing it needs), `\"all\"` every answer's "
+                              "(docs/continuing-truncated-answers.md)")
+    shard_output_ids: bool = key(False, "shard lines carry the sampled `output_ids`, so a trainer "
+                                 "reads the model's own tokens instead of re-tokenizing the "
+                                 "text (needs `keep_token_ids = \"all\"`)")
 
 
 @dataclass(frozen=True)

@@ -35,6 +35,11 @@ class LogTail(Record):
 class MaxTokensRequest(Record):
     value: int
     requeue_truncated: bool = False   # also re-run what was truncated under a lower limit
+    # Continue each answer truncated under a lower limit from its exact tokens (those with
+    # no stored tokens run again from the start); requests in flight that end truncated at
+    # their old limit are continued too. Not with requeue_truncated.
+    continue_truncated: bool = False
+    include_loops: bool = False       # continue the looping truncated answers too
     # The count the caller showed (its status snapshot's `job.truncated`): no more than that
     # many are requeued, the earliest finished, so the number shown is the number requeued.
     requeue_at_most: int | None = None
@@ -45,6 +50,9 @@ class MaxTokensResult(Record):
     old: int
     new: int
     requeued: int | None         # prompts requeued, when asked
+    continued: int | None = None        # answers to be continued from their tokens, when asked
+    from_scratch: int | None = None     # ... truncated with no stored tokens: re-run from the start
+    tokens_kept: int | None = None      # output tokens the continued ones will not decode again
 
 
 @dataclass(frozen=True)

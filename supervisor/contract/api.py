@@ -173,7 +173,7 @@ def _query_value(where: str, hint: Any, text: str) -> Any:
 STATUS = Endpoint("status", "GET", "/v1/status", StatusRequest, Status, ())
 LOG = Endpoint("log", "GET", "/v1/servers/{server}/log", LogRequest, LogTail, (400, 404, 503))
 MAX_TOKENS = Endpoint("max-tokens", "POST", "/v1/max-tokens", MaxTokensRequest,
-                      MaxTokensResult, (422, 503))
+                      MaxTokensResult, (400, 409, 422, 503))
 REQUEUE_TRUNCATED = Endpoint("requeue-truncated", "POST", "/v1/requeue-truncated",
                              RequeueTruncatedRequest, RequeueResult, (503,))
 REQUEUE_FAILED = Endpoint("requeue-failed", "POST", "/v1/requeue-failed",

@@ -22,6 +22,7 @@ class EventKind(StrEnum):
     # generation and dispatch
     MAX_TOKENS = "max_tokens"
     REQUEUE_TRUNCATED = "requeue_truncated"
+    CONTINUE_TRUNCATED = "continue_truncated"
     REQUEUE_FAILED = "requeue_failed"
     REIMPORT_CHANGED = "reimport_changed"        # prompts whose text changed, imported again
     PAUSED = "paused"                            # subject: the pause's source

@@ -20,8 +20,9 @@ from enum import StrEnum
 from typing import Any
 
 from supervisor.contract.codec import ContractError, Record, dumps, from_plain
+from supervisor.contract.continuation import Continuation
 
-__all__ = ["SCHEMA_VERSION", "ContractError"]
+__all__ = ["SCHEMA_VERSION", "Continuation", "ContractError"]
 
 SCHEMA_VERSION = 1
 
@@ -318,6 +319,10 @@ class Waste(Record):
     wasted_tokens: int = 0
     goodput: float | None = None     # 0..1; None before any token was generated
     causes: tuple[WasteCount, ...] = ()   # every cause, zeros included
+    # Answers continued from their stored tokens after a raise of max tokens, and the tokens
+    # that did not have to be decoded again (counted once per continuation; not generated).
+    continued_answers: int = 0
+    continued_tokens: int = 0
 
     @property
     def generated_tokens(self) -> int:
@@ -403,6 +408,7 @@ class Status(Record):
     last_reload: str | None = None  # the last config reload's outcome (applied / refused)
     breaker: Breaker | None = None  # None: a daemon from before the breaker
     waste: Waste | None = None      # None: a daemon from before the waste ledger
+    continuation: Continuation | None = None   # None: a daemon that cannot continue answers
     job_name: str | None = None     # the `job` label of /metrics (control.metrics_job)
 
     @classmethod

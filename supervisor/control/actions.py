@@ -50,6 +50,7 @@ from supervisor.contract.status import flag_value
 from supervisor.control.peer import actor_of
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.servers.fleet import Fleet, RollBusy, RollingResult, RollTicket
+from supervisor.sglang.continuation import inexact_sampling
 
 log = logging.getLogger("supervisor.control")
 
@@ -124,13 +125,48 @@ class Actions:
 
     async def max_tokens(self, req: MaxTokensRequest, caller: c.Caller | None) -> MaxTokensResult:
         actor = actor_of(caller)
+        if req.continue_truncated:
+            await self._check_continue(req)
         try:
             old = await self.dispatcher.set_max_tokens(req.value, actor)
         except ValueError as exc:
             raise Refused(422, str(exc)) from None
         requeued = await self.dispatcher.requeue_truncated(
             actor, at_most=req.requeue_at_most) if req.requeue_truncated else None
+        if req.continue_truncated:
+            got = await self.dispatcher.continue_truncated(actor, req.include_loops)
+            return MaxTokensResult(old=old, new=req.value, requeued=None,
+                                   continued=got.continued, from_scratch=got.from_scratch,
+                                   tokens_kept=got.tokens_kept)
         return MaxTokensResult(old=old, new=req.value, requeued=requeued)
+
+    async def _check_continue(self, req: MaxTokensRequest) -> None:
+        """Whether continuing up to `req.value` is possible and exact; Refused saying why
+        not, before anything changes."""
+        if req.requeue_truncated:
+            raise Refused(400, "max-tokens: continue_truncated and requeue_truncated exclude "
+                               "each other (continue keeps the tokens, requeue re-runs)")
+        live = self.job.live
+        try:
+            live.check_max_tokens(req.value)
+        except ValueError as exc:
+            raise Refused(422, str(exc)) from None
+        cfg = live.config
+        if not cfg.dispatch.stream:
+            raise Refused(409, "continue: dispatch.stream is false, and unstreamed answers "
+                               "bring no token ids back (use requeue_truncated)")
+        # Off the loop: it reads the model's generation_config.json (a file on disk).
+        inexact = await anyio.to_thread.run_sync(inexact_sampling, cfg.servers.flags,
+                                                 cfg.servers.model_path)
+        if inexact:
+            raise Refused(409, f"continue: the servers sample with {'; '.join(inexact)}: a "
+                               f"continuation restarts it and would not be exact (use "
+                               f"requeue_truncated)")
+        can = await self.astore.call(Store.continuable, req.value, req.include_loops)
+        try:
+            live.check_continuation(req.value, can.longest_prompt)
+        except ValueError as exc:
+            raise Refused(422, str(exc)) from None
 
     async def requeue_truncated(self, req: RequeueTruncatedRequest,
                                 caller: c.Caller | None) -> RequeueResult:

@@ -103,6 +103,30 @@ class _StatusCollector(Collector):
         if w.goodput is not None:
             yield GaugeMetricFamily("dflash_goodput_ratio", "Kept share of all generated "
                                     "tokens (kept / (kept + wasted))", value=w.goodput)
+        yield CounterMetricFamily("dflash_continued_tokens", "Tokens continuing truncated "
+                                  "answers from their stored tokens did not decode again, "
+                                  "over the whole job", value=w.continued_tokens)
+        yield CounterMetricFamily("dflash_continued_answers", "Truncated answers continued "
+                                  "from their stored tokens, over the whole job",
+                                  value=w.continued_answers)
+
+    @staticmethod
+    def _continuation(cont: c.Continuation | None) -> Iterator[Metric]:
+        if cont is None:
+            return
+        for name, doc, value in (
+                ("dflash_continuable_answers", ("Truncated answers a raise of max tokens "
+                                                "would continue from their stored tokens"),
+                 cont.continuable),
+                ("dflash_continuable_tokens", ("Output tokens those answers hold (not decoded "
+                                               "again when they are continued)"),
+                 cont.tokens_kept),
+                ("dflash_truncated_without_ids", ("Truncated answers with no stored tokens (a "
+                                                  "raise re-runs them from the start)"),
+                 cont.without_ids),
+                ("dflash_continuations_pending", "Continuations waiting or in flight",
+                 cont.pending)):
+            yield GaugeMetricFamily(name, doc, value=value)
 
     @staticmethod
     def _stream_watch(q: c.Quality) -> Iterator[Metric]:
@@ -151,6 +175,7 @@ class _StatusCollector(Collector):
                          "off in the answer", s.quality.answer_truncated_rate)
         yield from self._breaker(s.breaker)
         yield from self._waste(s.waste)
+        yield from self._continuation(s.continuation)
         yield from self._stream_watch(s.quality)
         if s.energy is not None:
             # Joules, not kWh: Prometheus wants base units (a panel shows them as kWh).

@@ -25,6 +25,7 @@ from state.async_store import AsyncStore
 from state.records import Retry
 from state.settings_keys import Setting
 from state.store import Store
+from state.token_ids_table import ContinueCounts
 from supervisor.config import JobConfig
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
@@ -250,6 +251,9 @@ class Dispatcher:
         the current one (the earliest `at_most` of them, when the caller showed a count);
         its new result replaces its line in its shard. Degenerate loops are left alone
         unless `include_loops`: they would loop again, at the new limit."""
+        # A requeue from scratch ends what an earlier raise with continue asked of the
+        # requests still in flight.
+        self._path.continue_below = None
         count = await self.astore.call(Store.requeue_truncated, self.max_tokens, include_loops,
                                        at_most)
         detail: dict[str, object] = {"count": count, "below_max_tokens": self.max_tokens,
@@ -260,6 +264,27 @@ class Dispatcher:
                                detail, actor, self.clock())
         self.poke()
         return count
+
+    async def continue_truncated(self, actor: str, include_loops: bool = False
+                                 ) -> ContinueCounts:
+        """Continue every answer cut off under a lower limit than the current one from its
+        exact tokens, before any fresh prompt; those with no stored tokens run again from
+        the start. From now on a request sent under a lower limit that ends truncated is
+        continued at once too (it was in flight at the raise)."""
+        # Set before the store's pass: an answer recorded meanwhile is either in it or
+        # caught by this.
+        self._path.continue_below = (self.max_tokens, include_loops)
+        got = await self.astore.call(Store.continue_truncated, self.max_tokens, include_loops)
+        await self.astore.call(Store.add_event, EventKind.CONTINUE_TRUNCATED, "generation",
+                               {"continued": got.continued, "from_scratch": got.from_scratch,
+                                "tokens_kept": got.tokens_kept,
+                                "below_max_tokens": self.max_tokens,
+                                "include_loops": include_loops}, actor, self.clock())
+        if got.from_scratch:
+            log.warning("%d truncated answers had no stored tokens: re-run from the start",
+                        got.from_scratch)
+        self.poke()
+        return got
 
     def _paused_on_bad_output(self, reason: str, problems: tuple[str, ...]) -> None:
         self._event(EventKind.PAUSED, PauseSource.QUALITY,

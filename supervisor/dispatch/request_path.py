@@ -28,6 +28,7 @@ from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import PauseSource
 from supervisor.contract.waste_causes import WasteCause
+from supervisor.dispatch.answer_tokens import Finished, continued, fresh_tokens, keeps
 from supervisor.dispatch.bad_output_pause import BadOutputPause
 from supervisor.dispatch.completion import Answer, Completion, Retryable, classify_response
 from supervisor.dispatch.dispatch_figures import DispatchFigures
@@ -44,6 +45,7 @@ from supervisor.dispatch.stream_loop_watch import StreamLoopWatch
 from supervisor.dispatch.stream_request import Streamed, stream_chat
 from supervisor.dispatch.worker_client import WIRE_ERRORS, request_timeout, wire_failure
 from supervisor.sglang.chat_request import post_chat, request_body
+from supervisor.sglang.continuation import continuation_body
 from supervisor.sglang.request_ids import request_id
 
 log = logging.getLogger("supervisor.dispatch")
@@ -85,6 +87,10 @@ class RequestPath:
         # (FREE_WAITS), so a prompt the server never admits ends in attempts, not a loop.
         # An entry lives only while its prompt keeps being requeued this way.
         self.free_waits: dict[str, int] = {}
+        # Set by a raise of max tokens with continue: (the new limit, loops too). A request
+        # sent before the raise that ends truncated under it is continued at once, as the
+        # raise continued the answers recorded before it.
+        self.continue_below: tuple[int, bool] | None = None
 
     async def run(self, serving: Serving, client: aiohttp.ClientSession,
                   prompt: ClaimedPrompt) -> None:
@@ -94,8 +100,19 @@ class RequestPath:
         max_tokens = self.live.max_tokens     # fixed for this request, whatever changes meanwhile
         d = cfg.dispatch
         rid = request_id(prompt) if d.stream else None
-        body = json.dumps(request_body(cfg.job.model, prompt.messages, cfg.generation,
-                                       max_tokens, rid=rid), ensure_ascii=False).encode()
+        thinking = cfg.generation.enable_thinking
+        plain = request_body(cfg.job.model, prompt.messages, cfg.generation, max_tokens, rid=rid)
+        stored = prompt.stored
+        if stored is not None and (rid is None or len(stored.ids.output_ids) >= max_tokens):
+            # Unstreamed (no ids come back) or a limit since lowered to what it has: the
+            # stored part cannot be continued, the prompt runs again from its start.
+            log.info("%s: prompt %s runs from its start, not continued (%s)", endpoint.name,
+                     prompt.id, "dispatch.stream is off" if rid is None else
+                     f"max tokens {max_tokens} is not above its {len(stored.ids.output_ids)}")
+            stored = None
+        if stored is not None:
+            plain = continuation_body(plain, stored, max_tokens, thinking)
+        body = json.dumps(plain, ensure_ascii=False).encode()
         timeout = d.request_timeout_s
         started = self.clock()
         self.figures.eta.started(prompt.id, max_tokens, started)
@@ -137,6 +154,14 @@ class RequestPath:
                 raise
             answer = Retryable(f"connection to {endpoint.name} failed: {gone}", "connection")
         assert answer is not None
+        done = Finished(answer)
+        if streamed is not None and isinstance(answer, Completion):
+            if stored is not None:
+                done = await continued(client, endpoint.base_url, stored, answer, sa,
+                                       thinking, timeout)
+                answer = done.answer
+            elif keeps(answer, cfg.job.keep_token_ids == "all"):
+                done = Finished(answer, fresh_tokens(answer, sa, thinking))
         finished = self.clock()
         if streamed is not None:
             self._watched(endpoint.name, prompt.id, rid, streamed, max_tokens)
@@ -146,7 +171,7 @@ class RequestPath:
             # outlasts wait_s is over-commitment, which the saturation guard answers).
             outcome: Outcome = Requeue(prompt.id)
         else:
-            outcome = self._outcome(prompt, answer, endpoint.name, max_tokens, started,
+            outcome = self._outcome(prompt, done, endpoint.name, max_tokens, started,
                                     finished, aborted_loop=streamed is not None
                                     and streamed.loop is not None)
         waste: list[Outcome | Wasted] = []
@@ -223,11 +248,12 @@ class RequestPath:
                         "tokens": streamed.answer.completion_tokens, "saved": saved,
                         "snippet": v.snippet[:120]}, "supervisor")
 
-    def _outcome(self, prompt: ClaimedPrompt, answer: Answer, server: str, max_tokens: int,
+    def _outcome(self, prompt: ClaimedPrompt, done: Finished, server: str, max_tokens: int,
                  started: float, finished: float, aborted_loop: bool = False) -> Outcome:
         figures = self.figures
         p = figures.progress(server)
         loop = False
+        answer = done.answer
         if isinstance(answer, Completion):
             figures.eta.finished(prompt.id, answer.completion_tokens,
                                  answer.finish_reason == "length", finished)
@@ -236,10 +262,12 @@ class RequestPath:
             # only by a requeue that includes loops.
             loop = aborted_loop or is_loop(answer.content, answer.reasoning_content,
                                            answer.finish_reason)
-            figures.rates.add(finished, 1, answer.completion_tokens)
+            # The rates are decoding's: a continuation decoded its new part only.
+            decoded = answer.completion_tokens if done.decoded is None else done.decoded
+            figures.rates.add(finished, 1, decoded)
             figures.lengths.add(answer.completion_tokens)
             assert p.rates is not None
-            p.rates.add(finished, 1, answer.completion_tokens)
+            p.rates.add(finished, 1, decoded)
             self.bad_output.observe(answer, loop)
             self.breaker.observe_ok(server)
         else:
@@ -253,7 +281,18 @@ class RequestPath:
         cfg = self.live.config
         return outcome_of(prompt, answer, server=server, model=cfg.job.model,
                           max_tokens=max_tokens, max_attempts=cfg.dispatch.max_attempts,
-                          started=started, finished=finished, loop=loop)
+                          started=started, finished=finished, loop=loop, tokens=done.tokens,
+                          continued_from=done.continued_from,
+                          continue_now=self._continue_now(answer, done, max_tokens, loop))
+
+    def _continue_now(self, answer: Answer, done: Finished, max_tokens: int,
+                      loop: bool) -> bool:
+        """An answer cut off under a limit raised with continue while it ran: continued at
+        once, as the raise continued the ones recorded before it."""
+        below = self.continue_below
+        return (below is not None and done.tokens is not None
+                and isinstance(answer, Completion) and answer.finish_reason == "length"
+                and max_tokens < below[0] and (below[1] or not loop))
 
     def _breaker_holds(self, answer: Answer, server: str) -> bool:
         """Feed one error to the breaker; true while it is open."""

@@ -8,6 +8,8 @@ _generate_chat_stream and _generate_stream_content, chunks built by
   by the reasoning parser) or `content` (the answer) text, null when absent; the first chunk
   has role "assistant" and content "";
 - a chunk with the finish_reason ("stop", "length", or "abort" after /abort_request);
+- with the headers of supervisor/sglang/token_ids.py, one chunk with `"choices": []` and an
+  `sglext` object: the prompt's and the output's exact token ids;
 - with stream_options.include_usage a chunk with `"choices": []` and the whole usage (with
   continuous_usage_stats each text chunk carries the running usage too);
 - an error after the stream began (a request aborted with a status code: timeout, OOM,
@@ -35,6 +37,7 @@ from typing import Any
 import orjson
 
 from supervisor.dispatch.completion import Answer, Retryable, classify_answer, classify_response
+from supervisor.sglang.token_ids import sglext_ids
 
 _DATA = b"data:"
 _DONE = b"[DONE]"
@@ -54,6 +57,8 @@ class StreamAnswer:
     nonsense: str | None = None          # a line we could not read
     ended: bool = False                  # data: [DONE] seen
     last_payload: bytes = b""            # the last data line's JSON, as it came
+    input_ids: list[int] | None = None   # the sglext chunk's: the ids the request ran on
+    output_ids: list[int] | None = None  # ... and the ids it sampled
 
     @property
     def last_line(self) -> str:
@@ -109,6 +114,9 @@ class StreamAnswer:
         if not choices:
             if isinstance(usage, dict):
                 self.usage = usage
+            ids = sglext_ids(obj)
+            if ids is not None:
+                self.input_ids, self.output_ids = ids
             return None
         try:
             choice = choices[0]

@@ -98,8 +98,10 @@ async def stream_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
     with deadlines.watch(rid, stall_s, give_up_at, wait_s) as d:
         try:
             with d.scope:
-                async with post_chat(client, base_url, body,
-                                     request_timeout(timeout_s)) as resp:
+                # Every streamed request asks for its exact token ids: a truncated answer
+                # is continued from them, never from its text (sglang/token_ids.py).
+                async with post_chat(client, base_url, body, request_timeout(timeout_s),
+                                     token_ids=True) as resp:
                     if resp.status != 200 or not resp.headers.get(
                             "content-type", "").startswith("text/event-stream"):
                         # An error before the stream began (SGLang sends it as plain JSON),

@@ -8,6 +8,8 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any, Protocol
 
+from state.continuation_reads import ContinuationTotals
+from state.token_ids_table import Continuable
 from state.waste_table import TokenLedger
 from supervisor.config import JobConfig
 from supervisor.contract import status as c
@@ -127,7 +129,9 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                  requeueable_truncated: int | None = None,
                  truncated: int | None = None,
                  ledger: TokenLedger | None = None,
-                 live_context: int | None = None) -> c.Status:
+                 live_context: int | None = None,
+                 continuation: tuple[c.Continuation, ContinuationTotals] | None = None
+                 ) -> c.Status:
     """`live_context`: the smallest context length a server runs with now (a retune may
     have changed it since the config was read)."""
     d = js.dispatch
@@ -168,15 +172,27 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
         energy=_energy(js.energy),
         partition=str(config.job.partition) if config.job.partition is not None else None,
         stopping=js.stopping, last_reload=js.last_reload, breaker=_breaker(d.breaker, config),
-        waste=_waste(ledger), job_name=job_name(config))
+        waste=_waste(ledger, continuation[1] if continuation else None),
+        continuation=continuation[0] if continuation else None, job_name=job_name(config))
 
 
-def _waste(t: TokenLedger | None) -> c.Waste | None:
+def continuation(figures: Continuable | None, totals: ContinuationTotals
+                 ) -> tuple[c.Continuation, ContinuationTotals]:
+    """What a raise would continue (`figures`, read in the background: zeros until the
+    first read) and the continuations marked now, with the job's totals for the ledger."""
+    f = figures or Continuable(answers=0, tokens_kept=0, without_ids=0, longest_prompt=0)
+    return c.Continuation(continuable=f.answers, tokens_kept=f.tokens_kept,
+                          without_ids=f.without_ids, pending=totals.continuing), totals
+
+
+def _waste(t: TokenLedger | None, totals: ContinuationTotals | None) -> c.Waste | None:
     if t is None:
         return None
     return c.Waste(kept_tokens=t.kept_tokens, wasted_tokens=t.wasted_tokens, goodput=t.goodput,
                    causes=tuple(c.WasteCount(str(w.cause), w.requests, w.tokens)
-                                for w in t.wasted))
+                                for w in t.wasted),
+                   continued_answers=totals.continued_answers if totals else 0,
+                   continued_tokens=totals.continued_tokens if totals else 0)
 
 
 def _breaker(b: BreakerSnapshot, config: JobConfig) -> c.Breaker:

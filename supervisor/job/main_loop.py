@@ -239,7 +239,8 @@ class Job:
         self.uploader = status.uploader = uploader
         self.disk_guard = status.disk_guard = disk_guard
         shards = ShardLoop(ShardWriter(astore.store, spool, cfg.job.shard_size,
-                                       shard_key_for(cfg.job.partition)),
+                                       shard_key_for(cfg.job.partition),
+                                       output_ids=cfg.job.shard_output_ids),
                            on_written=uploader.poke)
         backup = self.node_state.runner(dispatcher) if self.node_state is not None else None
         # A first verdict before any server is up: never start dispatching onto a full disk.
@@ -318,6 +319,7 @@ class Job:
                                     self._control_status, self.metrics_sock)
             tg.start_soon(control.run, name="control socket")
             tg.start_soon(gpu.run, name="gpu telemetry")
+            tg.start_soon(status.continuable.run, name="continuable answers")
             tg.start_soon(shards.run, name="shards")
             tg.start_soon(uploader.run, name="uploads")
             if backup is not None:

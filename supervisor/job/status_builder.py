@@ -13,7 +13,8 @@ from supervisor.config import JobConfig
 from supervisor.contract.status import Status
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu.sampler import GpuSampler
-from supervisor.job.contract_status import build_status
+from supervisor.job.continuable_reader import ContinuableReader
+from supervisor.job.contract_status import build_status, continuation
 from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.graceful_stop import GracefulStop
 from supervisor.job.status import JobStatus
@@ -36,6 +37,9 @@ class StatusBuilder:
         self.stop: GracefulStop | None = None     # once SIGTERM came
         self.last_reload: str | None = None
         self.last: JobStatus | None = None
+        # What a raise would continue: read in the background (the job runs `continuable.run`).
+        self.continuable = ContinuableReader(astore.store.path)
+        self._continuation_seen: tuple[int, int, int] | None = None
 
     async def build(self, figures: StatusFigures | None = None) -> JobStatus:
         assert self.dispatcher is not None
@@ -82,8 +86,14 @@ class StatusBuilder:
         # many) and after max tokens is raised past every old limit, the waste ledger.
         figures = await self.astore.call(Store.status_figures, d.max_tokens)
         js = await self.build(figures)
+        totals = figures.continuation
+        seen = (figures.truncated, totals.continuing, totals.continued_answers)
+        if seen != self._continuation_seen:
+            self._continuation_seen = seen
+            self.continuable.want_fresh()
         return build_status(js, config, started_at=self.started_at,
                             histogram=d.lengths.histogram(d.max_tokens), flags=self.fleet,
                             requeueable_truncated=figures.requeueable_truncated,
                             truncated=figures.truncated, ledger=figures.ledger,
-                            live_context=d.live.context_length)
+                            live_context=d.live.context_length,
+                            continuation=continuation(self.continuable.latest, totals))

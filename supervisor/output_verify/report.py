@@ -38,6 +38,7 @@ class VerifyReport:
     problems: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     shards: int = 0
+    digests_unchecked: int = 0            # shards with no record to compare their bytes with
     lines: int = 0
     bytes: int = 0
 
@@ -70,7 +71,10 @@ class VerifyReport:
         out.append(f"  in the wrong partition: {self.misplaced.count}{eg(self.misplaced)}")
         out.append(f"  unparseable lines: {self.bad_lines}")
         out += [f"    {b.key}:{b.line}: {b.reason}" for b in self.bad_line_samples]
-        out.append(f"  shards not matching their recorded checksum: {len(self.bad_shards)}")
+        unchecked = (f" ({self.digests_unchecked} with no recorded checksum: not compared)"
+                     if self.digests_unchecked else "")
+        out.append(f"  shards not matching their recorded checksum: {len(self.bad_shards)}"
+                   f"{unchecked}")
         out += [f"    {s.key}: {s.problem}" for s in self.bad_shards[:20]]
         if len(self.bad_shards) > 20:
             out.append(f"    ... and {len(self.bad_shards) - 20} more")

@@ -18,11 +18,13 @@ from typing import Any
 import aiohttp
 
 from supervisor.config import GenerationSection
+from supervisor.sglang.token_ids import RETURN_IDS_HEADERS
 
 # SGLang's OpenAI-compatible chat route (`sglang/srt/entrypoints/http_server.py:1870`
 # openai_v1_chat_completions, served by `sglang/srt/entrypoints/openai/serving_chat.py`).
 CHAT_PATH = "/v1/chat/completions"
 JSON_HEADERS = {"content-type": "application/json"}     # every body we post is JSON
+IDS_HEADERS = {**JSON_HEADERS, **RETURN_IDS_HEADERS}
 
 
 def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSection,
@@ -60,8 +62,10 @@ def request_body(model: str, messages: list[dict[str, Any]], gen: GenerationSect
 
 
 def post_chat(client: aiohttp.ClientSession, base_url: str, body: bytes,
-              timeout: aiohttp.ClientTimeout
+              timeout: aiohttp.ClientTimeout, *, token_ids: bool = False
               ) -> AbstractAsyncContextManager[aiohttp.ClientResponse]:
     """The POST of one chat completion (`async with post_chat(...) as resp:`), streamed or
-    not as its body says; `timeout` bounds connecting and each read, not the whole answer."""
-    return client.post(base_url + CHAT_PATH, data=body, headers=JSON_HEADERS, timeout=timeout)
+    not as its body says; `timeout` bounds connecting and each read, not the whole answer.
+    `token_ids`: ask for the exact ids in the stream's `sglext` chunk (token_ids.py)."""
+    return client.post(base_url + CHAT_PATH, data=body,
+                       headers=IDS_HEADERS if token_ids else JSON_HEADERS, timeout=timeout)

@@ -17,6 +17,11 @@ first (`sglang/srt/environ.py:646` SGLANG_INIT_NEW_TOKEN_RATIO; schedule_policy.
 PrefillAdder), so a rank's pool (`internal_states[i].memory_usage.token_capacity`, else
 `max_total_num_tokens`) holds pool // (0.7 x max tokens) of them (`kv_bound`).
 
+The same answer carries the server's own arguments, flat (`server_args.resolved_dict()`,
+`sglang/srt/utils/common.py` build_server_info), among them `reasoning_parser`
+(`sglang/srt/arg_groups/fields/serving.py:208`): null when the server was started without
+`--reasoning-parser` (`reasoning_parser_of`; seen on the real 0.5.23 CPU server both ways).
+
 Spoken with httpx, the client of the daemon's few requests to SGLang (abort.py says why).
 """
 
@@ -87,21 +92,53 @@ def kv_bound(info: Any, max_tokens: int) -> tuple[int | None, str]:
                    f"reserved each)" + (f", x {ranks} ranks" if ranks > 1 else ""))
 
 
-async def read_server_info(client: httpx.AsyncClient, base_url: str,
-                           timeout_s: float) -> tuple[Any, str]:
-    """(the parsed answer, "") or (None, what went wrong); never raises."""
+def reasoning_parser_of(info: Any) -> tuple[str | None, str]:
+    """(the server's reasoning parser or None, "") or (None, why the answer does not say)."""
+    if not isinstance(info, dict):
+        return None, f"{SERVER_INFO_PATH} is not a JSON object"
+    if "reasoning_parser" not in info:
+        return None, f"{SERVER_INFO_PATH} carries no reasoning_parser argument"
+    parser = info["reasoning_parser"]
+    if parser is None or parser == "":
+        return None, ""
+    if not isinstance(parser, str):
+        return None, f"{SERVER_INFO_PATH} reasoning_parser is {parser!r}, not a name"
+    return parser, ""
+
+
+def read_server_info_now(base_url: str, timeout_s: float) -> tuple[Any, str]:
+    """`read_server_info` for a command before any event loop runs (the start, `check`)."""
     try:
-        resp = await client.get(base_url + SERVER_INFO_PATH, timeout=timeout_s)
-    except httpx.TimeoutException:
-        return None, f"{SERVER_INFO_PATH} did not answer within {timeout_s:g} s"
+        # As the dispatcher's client: a proxy from the environment never carries it.
+        resp = httpx.get(base_url + SERVER_INFO_PATH, timeout=timeout_s, trust_env=False)
     except httpx.HTTPError as exc:
-        return None, f"{SERVER_INFO_PATH}: {type(exc).__name__}: {exc}"
+        return None, _failed(exc, timeout_s)
+    return _parsed(resp)
+
+
+def _failed(exc: httpx.HTTPError, timeout_s: float) -> str:
+    if isinstance(exc, httpx.TimeoutException):
+        return f"{SERVER_INFO_PATH} did not answer within {timeout_s:g} s"
+    return f"{SERVER_INFO_PATH}: {type(exc).__name__}: {exc}"
+
+
+def _parsed(resp: httpx.Response) -> tuple[Any, str]:
     if resp.status_code != 200:
         return None, f"{SERVER_INFO_PATH} answered HTTP {resp.status_code}"
     try:
         return resp.json(), ""
     except ValueError:
         return None, f"{SERVER_INFO_PATH} did not answer JSON"
+
+
+async def read_server_info(client: httpx.AsyncClient, base_url: str,
+                           timeout_s: float) -> tuple[Any, str]:
+    """(the parsed answer, "") or (None, what went wrong); never raises."""
+    try:
+        resp = await client.get(base_url + SERVER_INFO_PATH, timeout=timeout_s)
+    except httpx.HTTPError as exc:
+        return None, _failed(exc, timeout_s)
+    return _parsed(resp)
 
 
 async def read_server_slots(client: httpx.AsyncClient, base_url: str,

@@ -52,7 +52,8 @@ def restored_line(raw: bytes) -> RestoredLine:
             completion_tokens=usage.get("completion_tokens"),
             reasoning_tokens=usage.get("reasoning_tokens"), max_tokens=obj.get("max_tokens"),
             model=obj.get("model"), server=obj.get("server"), attempts=int(obj["attempt"]),
-            finished_at=obj.get("time"), loop=obj.get("loop"))
+            finished_at=obj.get("time"), loop=obj.get("loop"),
+            continued_from=obj.get("continued_from"))
     except BadShardLine:
         raise
     except (ValueError, KeyError, TypeError, IndexError, AttributeError) as exc:
@@ -137,7 +138,7 @@ def rebuild_from_config(config: JobConfig) -> tuple[RebuildSummary, Any, Any]:
             imported = import_file(store, prompts, partition=config.job.partition)
             spool = spool_dir(config)
             summary = rebuild(store, config, build_sink(config, spool), spool)
-            store.set_setting(Setting.OUTPUT_LOCATION, output_location(config, spool))
+            store.set_setting(Setting.OUTPUT_LOCATION, output_location(config, spool, store.path))
             return summary, imported, store.counts()
     except (OfflineRefused, UploadError) as exc:
         raise RebuildRefused(str(exc)) from None

@@ -71,9 +71,11 @@ class DbVerifyReport:
         return text
 
 
-def verify_output(store: Store, sink: Sink, spool: Path, partition: Partition | None,
+def verify_output(store: Store, sink: Sink, spool: Path | None, partition: Partition | None,
                   *, read_back: bool = False, list_output: bool = True) -> DbVerifyReport:
-    """Blocking (hashes files, talks to S3): call from a worker thread."""
+    """Blocking (hashes files, talks to S3): call from a worker thread. A `spool` of None
+    (a DB checked away from its node) leaves shards written but not yet uploaded unchecked:
+    they are on that node's disk, and not finding them here is no sign of damage."""
     report = DbVerifyReport()
     for shard in store.shards():
         if shard.status not in (SHARD_WRITTEN, SHARD_UPLOADED) or shard.sha256 is None:
@@ -81,6 +83,10 @@ def verify_output(store: Store, sink: Sink, spool: Path, partition: Partition | 
         report.checked += 1
         try:
             if shard.status == SHARD_WRITTEN and sink.remote:
+                if spool is None:
+                    report.unverified.append(f"{shard.key}: written but not uploaded, in the "
+                                             "spool of the node that ran the job")
+                    continue
                 why = check_file(spool / shard.key, shard.bytes, shard.sha256)
             else:
                 why = sink.check(shard.key, shard.bytes, shard.sha256, shard.etag, read_back)
@@ -93,7 +99,7 @@ def verify_output(store: Store, sink: Sink, spool: Path, partition: Partition | 
         prefix = key_prefix(partition)
         try:
             keys = set(sink.list_keys(prefix))
-            if sink.remote:
+            if sink.remote and spool is not None:
                 keys |= set(list_shard_files(spool, prefix))
             report.listed = True
         except (UploadError, OSError) as exc:
@@ -141,7 +147,7 @@ def check_output_at_start(store: Store, config: JobConfig) -> DbVerifyReport:
     if report.unknown_keys:
         where = config.job.output if config.output_is_s3 else str(config.path(config.job.output))
         raise UnknownOutput(unknown_output_message(report, store.path, where))
-    store.set_setting(Setting.OUTPUT_LOCATION, output_location(config, spool))
+    store.set_setting(Setting.OUTPUT_LOCATION, output_location(config, spool, store.path))
     for problem in report.unverified:
         log.warning("could not verify a shard at start: %s", problem)
     sent = send_back(store, report, "supervisor")

@@ -14,7 +14,10 @@ The line format (keys in this order, compact JSON, "\n" after each line, lines b
   id, messages (the prompt + {"role": "assistant", "content", "reasoning_content"}),
   finish_reason, loop (true: truncated and repeating itself; null: recorded before loops
   were checked), usage {prompt_tokens, completion_tokens, reasoning_tokens, total_tokens},
-  max_tokens, model, server, attempt, time (finished_at, float unix seconds)
+  max_tokens, model, server, attempt, time (finished_at, float unix seconds), and only
+  where they apply (so the lines of a job that uses neither keep their bytes):
+  continued_from (the answer was continued from its exact tokens: the output tokens its
+  last part started from) and output_ids (the sampled ids, with job.shard_output_ids)
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ def line_object(line: ShardLine) -> dict[str, Any]:
     c = line.completion
     prompt_tokens = c.prompt_tokens or 0
     completion_tokens = c.completion_tokens or 0
-    return {
+    obj: dict[str, Any] = {
         "id": line.id,
         "messages": [*line.messages, {"role": "assistant", "content": c.content,
                                       "reasoning_content": c.reasoning_content}],
@@ -59,6 +62,11 @@ def line_object(line: ShardLine) -> dict[str, Any]:
         "attempt": line.attempts,
         "time": line.finished_at,
     }
+    if line.continued_from is not None:
+        obj["continued_from"] = line.continued_from
+    if line.output_ids is not None:
+        obj["output_ids"] = list(line.output_ids)
+    return obj
 
 
 def shard_bytes(lines: list[ShardLine]) -> bytes:
@@ -82,13 +90,14 @@ class ShardWriter:
     """`sync()` from one thread at a time (the job runs it behind a CapacityLimiter(1))."""
 
     def __init__(self, store: Store, spool_dir: str | Path, shard_size: int,
-                 key_for: Callable[[int], str]) -> None:
+                 key_for: Callable[[int], str], output_ids: bool = False) -> None:
         if shard_size <= 0:
             raise ValueError("shard_size must be positive")
         self.store = store
         self.spool_dir = Path(spool_dir)
         self.shard_size = shard_size
         self.key_for = key_for
+        self.output_ids = output_ids        # lines carry the sampled ids (job.shard_output_ids)
         self._cleaned = False
 
     def path_for(self, shard: Shard) -> Path:
@@ -115,7 +124,8 @@ class ShardWriter:
             # LINES_PER_READ lines at a time, read, encoded, digested and written: the
             # same bytes as shard_bytes(all lines), without a shard's answers in memory.
             nonlocal records, size
-            for lines in self.store.shard_line_batches(shard.id, LINES_PER_READ):
+            for lines in self.store.shard_line_batches(shard.id, LINES_PER_READ,
+                                                             self.output_ids):
                 data = shard_bytes(lines)
                 sha256.update(data)
                 md5.update(data)

@@ -14,13 +14,15 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from .batch_slots import Aborted, BatchSlots
+from .chat_input import IdsWanted, InputError, ModelInput, ids_wanted, model_input
 from .decode_meter import DecodeMeter
 from .faults import FaultState
-from .filler_text import count_prompt_tokens, filler
+from .filler_text import filler
 from .inflight import InFlight
 from .kv_pool import Seat
 from .looping_text import LoopPlan, list_text, loop_plan, looping_text, numbered_list, prompt_words
@@ -34,9 +36,10 @@ from .output_plan import (
     text_offset,
 )
 from .reasoning_split import raw_output, split_reasoning, thinking_mode, usage
+from .toy_tokenizer import IM_END, encode_piece, pieces
 
 # Qwen3's <|im_end|>: the token a finished answer stops on, reported as matched_stop.
-EOS_TOKEN_ID = 151645
+EOS_TOKEN_ID = IM_END
 # protocol.py DEFAULT_MODEL_NAME: what `model` is when the request leaves it out.
 DEFAULT_MODEL_NAME = "default"
 # The scheduler's abort of the last request of a decode batch still out of memory after
@@ -49,12 +52,7 @@ SCHEDULER_OOM_ABORT = ("Out of memory even after retracting all other requests i
 ERRORED = "error"
 
 
-class BadRequest(Exception):
-    """Becomes HTTP 400 with SGLang's error body."""
-
-    def __init__(self, message: str, kind: str = "BadRequestError") -> None:
-        super().__init__(message)
-        self.kind = kind
+BadRequest = InputError       # becomes HTTP 400 with SGLang's error body
 
 
 def error_body(message: str, code: int = 400, kind: str = "BadRequestError") -> dict[str, Any]:
@@ -74,6 +72,8 @@ class ChatRequest:
     rid: str | None = None
     continuous_usage: bool = False     # stream_options.continuous_usage_stats
     ignore_eos: bool = False           # generate max tokens whatever the model would say
+    wanted: IdsWanted = IdsWanted()    # the ids to send back in `sglext`
+    body: dict[str, Any] = field(default_factory=dict)
 
 
 def _int_or_none(body: dict[str, Any], key: str) -> int | None:
@@ -85,7 +85,7 @@ def _int_or_none(body: dict[str, Any], key: str) -> int | None:
     return value
 
 
-def parse_request(body: Any) -> ChatRequest:
+def parse_request(body: Any, headers: Any = None) -> ChatRequest:
     """Request validation failures are FastAPI validation errors, which SGLang answers with
     400 and type "Bad Request" (`sglang/srt/entrypoints/http_server.py`
     validation_exception_handler)."""
@@ -114,7 +114,7 @@ def parse_request(body: Any) -> ChatRequest:
                        isinstance(options, dict) and bool(options.get("include_usage")),
                        rid or None,
                        isinstance(options, dict) and bool(options.get("continuous_usage_stats")),
-                       body.get("ignore_eos") is True)
+                       body.get("ignore_eos") is True, ids_wanted(body, headers), body)
 
 
 def _check_model(model: str, served_name: str) -> None:
@@ -174,19 +174,45 @@ def scheduler_refusal(opts: SimOptions, prompt_tokens: int) -> str | None:
             f"({limit} tokens). Use a shorter input or enable --allow-auto-truncate.")
 
 
-def _texts(plan: OutputPlan, req: ChatRequest, offset: int, loop: LoopPlan | None,
+def _texts(plan: OutputPlan, given: ModelInput, offset: int, loop: LoopPlan | None,
            listed: bool) -> tuple[str | None, str]:
     """(thought or None when not thinking, answer) as the model wrote them."""
     if loop is not None or listed:
         # Loops and lists are built whole, then split where the thinking ended.
-        text = (looping_text(plan.completion_tokens, offset, loop, prompt_words(req.messages))
+        text = (looping_text(plan.completion_tokens, offset, loop, prompt_words(given.messages))
                 if loop is not None else list_text(plan.completion_tokens, offset))
-        if not req.thinking:
+        if not given.thinking:
             return None, text
-        words = text.split(" ")
-        return " ".join(words[:plan.reasoning_tokens]), " ".join(words[plan.reasoning_tokens:])
-    thought = filler(plan.reasoning_tokens, offset) if req.thinking else None
+        tokens = pieces(text)
+        answer = "".join(tokens[plan.reasoning_tokens:])
+        return "".join(tokens[:plan.reasoning_tokens]), answer[1:] if answer else answer
+    thought = filler(plan.reasoning_tokens, offset) if given.thinking else None
     return thought, filler(plan.answer_tokens, offset + plan.reasoning_tokens + 7)
+
+
+def parse_output(raw: str, split: bool, force_reasoning: bool,
+                 previous: str | None) -> tuple[str, str | None]:
+    """(content, reasoning_content) of raw output text, as the response carries them."""
+    if not split:
+        return raw, None
+    parsed = split_reasoning(raw, force_reasoning=force_reasoning, previous=previous)
+    return parsed.content, parsed.reasoning_content
+
+
+def _continued(whole: OutputPlan, before: int) -> OutputPlan:
+    """The part of `whole` after its first `before` tokens. Reasoning tokens are counted as
+    SGLang's scheduler counts them (`sglang/srt/managers/schedule_batch.py`
+    update_reasoning_tokens): every token until the one that ends the thought, so a
+    continuation that begins after the thought ended counts all its tokens as reasoning (the
+    scheduler does not look at the tokens it was given)."""
+    if before >= whole.completion_tokens:
+        return OutputPlan(1, 0, 0, "stop", True)
+    produced = whole.completion_tokens - before
+    ended = whole.answer_tokens > 0
+    think = produced if ended and before > whole.reasoning_tokens else (
+        whole.reasoning_tokens - before)
+    return OutputPlan(produced, think, produced - think, whole.finish_reason,
+                      whole.thinking_finished)
 
 
 @dataclass(frozen=True)
@@ -202,11 +228,13 @@ class Completion:
     prompt_tokens: int
     completion_tokens: int
     reasoning_tokens: int
-    # What the model wrote and how it is parsed, so an aborted generation can be cut short.
-    thought: str | None = None
-    answer: str = ""
+    # What the model wrote (this request's part) and how it is parsed, so an aborted
+    # generation can be cut short and its tokens given back.
+    raw: str = ""
     split: bool = False                # --reasoning-parser and separate_reasoning
     force_reasoning: bool = False      # the request is a reasoning one (counts its tokens)
+    previous: str | None = None        # the parser's previous_content (continue_final_message)
+    input_ids: tuple[int, ...] = ()
     stuck: bool = False                # in the stall share (faults.py): hangs halfway
     errors: bool = False               # in the error share (faults.py): aborted halfway
     budget: int = 0                    # the max new tokens the scheduler plans for
@@ -219,30 +247,30 @@ class Completion:
         return Seat(self.prompt_tokens, max(self.budget, self.completion_tokens),
                     self.ignore_eos)
 
+    @cached_property
+    def pieces(self) -> list[str]:
+        """This request's output, one text per token (toy_tokenizer.py)."""
+        return pieces(self.raw)
+
+    def output_ids(self) -> list[int]:
+        """The sampled ids; an answer that stopped with no text at all (the empty share)
+        sampled only the stop token."""
+        ids = [encode_piece(p) for p in self.pieces[:self.completion_tokens]]
+        return ids + [EOS_TOKEN_ID] * (self.completion_tokens - len(ids))
+
     def cut(self, produced: int, *, queued: bool) -> Completion:
         """The generation aborted after `produced` tokens (`/abort_request`): finish_reason
         "abort" with no matched stop. Aborted in the waiting queue, SGLang's tokenizer manager
         reports no prompt tokens either (`sglang/srt/managers/tokenizer_manager.py`
         _handle_abort_req builds meta_info without them)."""
         produced = max(0, min(produced, self.completion_tokens))
-        thought_words = self.thought.split(" ") if self.thought else []
-        if self.thought is not None and produced <= len(thought_words):
-            text = raw_output(" ".join(thought_words[:produced]), "", False)
-        else:
-            rest = produced - len(thought_words)
-            text = raw_output(self.thought, " ".join(self.answer.split(" ")[:rest]), True)
-        if produced == 0:
-            text = ""
-        if self.split:
-            parsed = split_reasoning(text, force_reasoning=self.force_reasoning)
-            content, reasoning = parsed.content, parsed.reasoning_content
-        else:
-            content, reasoning = text, None
+        raw = "".join(self.pieces[:produced])
+        content, reasoning = parse_output(raw, self.split, self.force_reasoning, self.previous)
         reasoning_tokens = min(produced, self.reasoning_tokens)
         return replace(self, content=content, reasoning_content=reasoning,
                        finish_reason="abort", matched_stop=None,
                        prompt_tokens=0 if queued else self.prompt_tokens,
-                       completion_tokens=produced, reasoning_tokens=reasoning_tokens)
+                       completion_tokens=produced, reasoning_tokens=reasoning_tokens, raw=raw)
 
     def failed(self, produced: int) -> Completion:
         """Aborted by the scheduler with an error status after `produced` tokens."""
@@ -251,10 +279,22 @@ class Completion:
     def usage(self) -> dict[str, Any]:
         return usage(self.prompt_tokens, self.completion_tokens, self.reasoning_tokens)
 
-    def response(self) -> dict[str, Any]:
+    def sglext(self, wanted: IdsWanted) -> dict[str, Any] | None:
+        """The ids asked for, as SglExt serializes them (None fields left out); none after an
+        error abort (serving_chat.py ~2716-2724)."""
+        if self.finish_reason == ERRORED:
+            return None
+        ext: dict[str, Any] = {}
+        if wanted.input_ids and self.input_ids:
+            ext["input_ids"] = list(self.input_ids)
+        if wanted.output_ids:
+            ext["output_ids"] = [self.output_ids()]
+        return ext or None
+
+    def response(self, wanted: IdsWanted | None = None) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": self.content,
                                    "reasoning_content": self.reasoning_content}
-        return {
+        out = {
             "id": self.rid, "object": "chat.completion", "created": self.created,
             "model": self.model,
             "choices": [{"index": 0, "message": message, "logprobs": None,
@@ -264,6 +304,11 @@ class Completion:
             "metadata": {"weight_version": "default", "weight_versions": [
                 {"version": "default", "start": 0, "end": self.completion_tokens}]},
         }
+        ext = self.sglext(wanted) if wanted is not None else None
+        if ext is not None:
+            # Unstreamed, the ids ride on the response itself (serving_chat.py ~2877-2896).
+            out["sglext"] = ext
+        return out
 
 
 class ChatHandler:
@@ -280,53 +325,57 @@ class ChatHandler:
         # (sglang:num_aborted_requests_total).
         self.on_abort: Callable[[], None] | None = None
 
-    def decode_seconds(self, tokens: int) -> float:
-        """How long `tokens` take one request at the present decode speed."""
-        return self.meter.seconds_for(tokens)
-
-    def prepare(self, body: Any) -> tuple[ChatRequest, Completion]:
+    def prepare(self, body: Any, headers: Any = None) -> tuple[ChatRequest, Completion]:
         """Validate the request and decide the whole generation (it is a pure function of
-        the prompt); raises BadRequest with SGLang's message."""
-        req = parse_request(body)
+        the prompt, and of the answer tokens already in `input_ids`); raises BadRequest with
+        SGLang's message."""
+        req = parse_request(body, headers)
         opts = self.opts
         _check_model(req.model, opts.model_name)
         if req.rid is not None and req.rid in self.inflight:
             raise BadRequest(f"Duplicate request ID detected: {req.rid}")
-        prompt_tokens = count_prompt_tokens(req.messages)
+        given = model_input(req.body, req.messages, req.thinking)
+        prompt_tokens = len(given.ids)
         max_tokens = check_lengths(opts, prompt_tokens, req.max_tokens)
         prompt_tokens = min(prompt_tokens, opts.context_length)
-        digest = prompt_digest(req.messages, opts.seed)
+        before = given.before
+        digest = prompt_digest(given.messages, opts.seed)
         if is_empty(digest, self.faults.empty_rate):
             # The broken case: the model ends at once, nothing to split.
             plan = OutputPlan(1, 0, 0, "stop", True)
             thought, answer = None, ""
         else:
             natural = natural_length(digest)
-            loop = loop_plan(digest, natural, opts.loop_share, len(prompt_words(req.messages)))
-            plan = plan_output(digest, max_tokens=max_tokens, thinking=req.thinking,
-                               room=opts.context_length - prompt_tokens,
+            loop = loop_plan(digest, natural, opts.loop_share, len(prompt_words(given.messages)))
+            # The whole answer as one request would write it, the tokens already given
+            # counted in its limit and in the room the context leaves.
+            plan = plan_output(digest, max_tokens=None if max_tokens is None
+                               else before + max_tokens,
+                               thinking=given.thinking,
+                               room=opts.context_length - prompt_tokens + before,
                                looping=loop is not None or req.ignore_eos)
-            thought, answer = _texts(plan, req, text_offset(digest), loop,
+            thought, answer = _texts(plan, given, text_offset(digest), loop,
                                      loop is None and opts.loop_share > 0
                                      and numbered_list(digest, natural))
-        text = raw_output(thought, answer, plan.thinking_finished)
+        text = raw_output(thought, answer, plan.thinking_finished) if plan.completion_tokens else ""
+        if before:
+            # Continued: the model goes on after the tokens it was given. Given as many as
+            # it would ever write, its next token is the stop token.
+            text = "".join(pieces(text)[before:])
+            plan = _continued(plan, before)
         reasoning_mode = thinking_mode(req.chat_template_kwargs, opts.reasoning_parser)
-        if opts.reasoning_parser and req.separate_reasoning:
-            split = split_reasoning(text, force_reasoning=reasoning_mode)
-            content, reasoning = split.content, split.reasoning_content
-        else:
-            content, reasoning = text, None
-        # The scheduler counts reasoning tokens only for a reasoning request (parser set).
-        reasoning_tokens = plan.reasoning_tokens if reasoning_mode and thought is not None else 0
+        split = bool(opts.reasoning_parser) and req.separate_reasoning
+        content, reasoning = parse_output(text, split, reasoning_mode, given.previous)
+        reasoning_tokens = plan.reasoning_tokens if reasoning_mode and given.thinking else 0
         refusal = scheduler_refusal(opts, prompt_tokens)
         return req, Completion(
             rid=req.rid or uuid.uuid4().hex, created=int(time.time()), model=req.model,
             content=content, reasoning_content=reasoning, finish_reason=plan.finish_reason,
             matched_stop=EOS_TOKEN_ID if plan.finish_reason == "stop" else None,
             prompt_tokens=prompt_tokens, completion_tokens=plan.completion_tokens,
-            reasoning_tokens=reasoning_tokens, thought=thought, answer=answer,
-            split=bool(opts.reasoning_parser) and req.separate_reasoning,
-            force_reasoning=reasoning_mode, stuck=self.faults.stalls(digest),
+            reasoning_tokens=reasoning_tokens, raw=text, split=split,
+            force_reasoning=reasoning_mode, previous=given.previous,
+            input_ids=tuple(given.ids), stuck=self.faults.stalls(digest),
             errors=self.faults.errors(digest),
             budget=opts.context_length - prompt_tokens if max_tokens is None else max_tokens,
             ignore_eos=req.ignore_eos, refusal=refusal)
@@ -367,5 +416,5 @@ class ChatHandler:
         return done
 
     async def complete(self, body: Any) -> dict[str, Any]:
-        _, done = self.prepare(body)
-        return (await self.decode(done)).response()
+        req, done = self.prepare(body)
+        return (await self.decode(done)).response(req.wanted)

@@ -14,6 +14,9 @@ _generate_chat_stream, _generate_stream_content; chunk shape from
   matched_stop;
 - with stream_options.continuous_usage_stats: each text chunk also carries the usage so far
   (completion_tokens counting this chunk's tokens; _generate_stream_content);
+- with the `x-sglext-return-input-ids: 1` / `x-sglext-return-output-ids: 1` headers: a
+  chunk `{..., "choices": [], "usage": null, "sglext": {"input_ids": [...], "output_ids":
+  [[...]]}}` (none after an error abort);
 - with stream_options.include_usage: a chunk with `"choices": []` and the full usage;
 - `data: [DONE]`.
 A request aborted by the scheduler with an error status (the error share, faults.py) ends
@@ -35,6 +38,7 @@ stream early with finish_reason "abort".
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -50,6 +54,7 @@ from .chat_completion import (
 from .reasoning_split import usage
 
 STEP_TOKENS = 16
+_WORD = re.compile(r"\s*\S+")
 # HTTPStatus.INTERNAL_SERVER_ERROR as the streamed error chunk names it (code.name, code.value).
 _OOM_ERROR = {"error": {"object": "error", "message": SCHEDULER_OOM_ABORT,
                         "type": "INTERNAL_SERVER_ERROR", "param": None, "code": 500}}
@@ -70,6 +75,16 @@ def _chunk(done: Completion, delta: dict[str, Any], finish_reason: str | None = 
     return _sse(obj)
 
 
+def _tokens(text: str) -> list[str]:
+    """The text cut as its tokens are: each word with the whitespace before it (a cut stream
+    has sent exactly the text of the tokens it sampled)."""
+    words = _WORD.findall(text)
+    tail = text[sum(map(len, words)):]
+    if tail:                          # whitespace after the last word (a trace's "\n")
+        words = words[:-1] + [words[-1] + tail] if words else [tail]
+    return words
+
+
 def _sends(reasoning: str, content: str, step: int) -> list[tuple[str, str, int]]:
     """The chunks of one stream: (reasoning piece, content piece, tokens so far), one per
     send. SGLang's output streamer (`sglang/srt/managers/scheduler_components/
@@ -78,8 +93,8 @@ def _sends(reasoning: str, content: str, step: int) -> list[tuple[str, str, int]
     crosses from the trace into the answer is two deltas, as serving_chat.py yields the
     reasoning text and the normal text of one output separately. Step 0 (a lagging reader,
     coalesced): the whole trace as one send and the whole answer as another."""
-    r_words = reasoning.split(" ") if reasoning else []
-    c_words = content.split(" ") if content else []
+    r_words = _tokens(reasoning)
+    c_words = _tokens(content)
     words = [("r", w) for w in r_words] + [("c", w) for w in c_words]
     if not words:
         return []
@@ -90,11 +105,9 @@ def _sends(reasoning: str, content: str, step: int) -> list[tuple[str, str, int]
         cuts = sorted(set(c for c in cuts if c <= len(words)))
     sends, at = [], 0
     for cut in cuts:
-        chunk = words[at:cut]
-        parts = {"r": [], "c": []}
-        for i, (kind, word) in enumerate(chunk, start=at):
-            last_of_kind = (i == len(r_words) - 1) if kind == "r" else (i == len(words) - 1)
-            parts[kind].append(word + ("" if last_of_kind else " "))
+        parts: dict[str, list[str]] = {"r": [], "c": []}
+        for kind, word in words[at:cut]:
+            parts[kind].append(word)
         sends.append(("".join(parts["r"]), "".join(parts["c"]), cut))
         at = cut
     return sends
@@ -179,6 +192,13 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
     else:
         yield _chunk(done, {"reasoning_content": None}, final.finish_reason,
                      final.matched_stop)
+    ext = final.sglext(req.wanted)
+    if ext is not None:
+        # The ids asked for, one chunk before the usage (serving_chat.py ~2716-2770), after
+        # an /abort_request too, not after an error abort.
+        yield _sse({"id": done.rid, "object": "chat.completion.chunk",
+                    "created": done.created, "model": done.model, "choices": [],
+                    "usage": None, "sglext": ext})
     if req.include_usage:
         yield _sse({"id": done.rid, "object": "chat.completion.chunk",
                     "created": done.created, "model": done.model, "choices": [],

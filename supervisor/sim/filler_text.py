@@ -13,7 +13,7 @@ import random
 
 from .output_plan import MAX_TOKENS
 
-_WORDS = (
+WORDS = (
     "the of and to in is that it for as with was on be by this are or from at an which "
     "we can if so not but have model token step then first next value each let case check "
     "thus since result answer number because given means consider total think compute "
@@ -26,7 +26,7 @@ _COUNT = MAX_TOKENS + _SPAN + 1
 
 def _build() -> tuple[str, list[int]]:
     rng = random.Random(20251202)   # fixed: the same text in every process, every run
-    words = [rng.choice(_WORDS) for _ in range(_COUNT)]
+    words = [rng.choice(WORDS) for _ in range(_COUNT)]
     # A full stop now and then makes the passage read like sentences in a log or a shard.
     for i in range(11, _COUNT, 17):
         words[i] += "."
@@ -53,13 +53,7 @@ def filler(tokens: int, offset: int) -> str:
 
 
 def count_prompt_tokens(messages: list) -> int:
-    """An approximate tokenizer: ~4 characters a token plus a few tokens of chat template
-    per message. Only used for usage.prompt_tokens and the context-length check."""
-    total = 0
-    for m in messages:
-        content = m.get("content") if isinstance(m, dict) else None
-        if isinstance(content, str):
-            total += len(content)
-        elif isinstance(content, list):      # OpenAI content parts
-            total += sum(len(p.get("text", "")) for p in content if isinstance(p, dict))
-    return total // 4 + 4 * len(messages) + 2
+    """usage.prompt_tokens: the chat template's ids for the messages (toy_tokenizer.py): ~4
+    characters a token plus 4 per message and 2 for the assistant's turn."""
+    from .toy_tokenizer import encode_prompt  # it reads this module's words
+    return len(encode_prompt(messages, thinking=True))

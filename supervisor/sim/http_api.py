@@ -30,6 +30,7 @@ from .options import FAULTS, SimOptions
 from .prom_metrics import SchedulerSample, SimMetrics, metrics_asgi_app
 from .retraction import Retraction
 from .sim_log import log_err
+from .token_routes import detokenize_route, tokenize
 
 SGLANG_VERSION = "0.5.23 (simulated)"
 HEALTH_CHECK_MIN_S = 1.0
@@ -223,7 +224,7 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
             return JSONResponse(error_body(f"JSON decode error: {exc}", kind="Bad Request"),
                                 status_code=400)
         try:
-            req, done = rt.chat.prepare(body)
+            req, done = rt.chat.prepare(body, request.headers)
         except BadRequest as exc:
             return JSONResponse(error_body(str(exc), kind=exc.kind), status_code=400)
         if not req.stream and done.refusal is not None:
@@ -240,7 +241,7 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
                 # (`sglang/srt/managers/tokenizer_manager.py` _handle_abort_finish_reason).
                 return JSONResponse(error_body(SCHEDULER_OOM_ABORT, 500, kind="500"),
                                     status_code=500)
-            return JSONResponse(done.response())
+            return JSONResponse(done.response(req.wanted))
         # Kick-started before the 200 goes out, as SGLang does (serving_chat.py).
         events = stream_completion(rt.chat, req, done)
         first = await events.__anext__()
@@ -300,6 +301,9 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
     async def sim_state(_: Request) -> Response:
         return JSONResponse(_sim_state(rt))
 
+    async def tokenize_route(request: Request) -> Response:
+        return await tokenize(rt.opts, request)
+
     routes = [
         Route("/health", health, methods=["GET", "HEAD"]),
         Route("/health_generate", health, methods=["GET", "HEAD"]),
@@ -309,6 +313,11 @@ def build_app(rt: SimRuntime, lifespan: Any = None) -> Starlette:
         Route("/v1/chat/completions", chat, methods=["POST"]),
         Route("/generate", native_generate, methods=["POST", "PUT"]),
         Route("/abort_request", native_abort, methods=["POST"]),
+        # `sglang/srt/entrypoints/http_server.py` ~1906-1936: both paths, POST only.
+        Route("/v1/tokenize", tokenize_route, methods=["POST"]),
+        Route("/tokenize", tokenize_route, methods=["POST"]),
+        Route("/v1/detokenize", detokenize_route, methods=["POST"]),
+        Route("/detokenize", detokenize_route, methods=["POST"]),
         Route("/sim/fault", sim_fault, methods=["POST"]),
         Route("/sim/state", sim_state),
     ]

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .filler_text import filler
+from .toy_tokenizer import echo_word
 
 LONG_TOKENS = 4096           # loops are drawn among answers longer than this
 _ONSET = (64, 3000)          # ordinary tokens before the loop starts
@@ -58,8 +59,9 @@ def loop_plan(digest: bytes, natural: int, share: float, echo_words: int) -> Loo
 
 
 def loop_visible(loop: LoopPlan | None, produced: int) -> bool:
-    """The label: the text returned ends inside a loop repeated at least twice."""
-    return loop is not None and produced >= loop.onset + 2 * loop.period
+    """The label: the text returned ends inside a loop repeated at least twice (a repeat's
+    number, "12.", is a token of its own)."""
+    return loop is not None and produced >= loop.onset + 2 * (loop.period + loop.numbered)
 
 
 def numbered_list(digest: bytes, natural: int) -> bool:
@@ -79,29 +81,31 @@ def prompt_words(messages: Any) -> list[str]:
 
 
 def looping_text(tokens: int, offset: int, loop: LoopPlan, echo: list[str]) -> str:
-    """`tokens` words: ordinary text, then the passage again and again (one word a token)."""
+    """`tokens` tokens: ordinary text, then the passage again and again (one word a token,
+    a repeat's number one more; an echoed word is cut to what one token holds:
+    toy_tokenizer.py)."""
     head = min(tokens, loop.onset)
     parts = [filler(head, offset)] if head else []
     left = tokens - head
-    words = (echo[:loop.period] if loop.echo_prompt else
+    words = ([echo_word(w) for w in echo[:loop.period]] if loop.echo_prompt else
              filler(loop.period, offset + 20011).split())
-    passage = " ".join(words)
     k = 1
     while left > 0:
-        item = words if left >= len(words) else words[:left]
-        text = passage if item is words else " ".join(item)
-        parts.append(f"{k}. {text}" if loop.numbered else text)
+        item = ([f"{k}."] if loop.numbered else []) + words
+        item = item[:left]
+        parts.append(" ".join(item))
         left -= len(item)
         k += 1
     return " ".join(parts)
 
 
 def list_text(tokens: int, offset: int) -> str:
-    """A numbered list of distinct items, ~12 words each."""
-    out, k, pos = [], 1, 0
-    while pos < tokens:
-        n = min(12, tokens - pos)
-        out.append(f"{k}. {filler(n, offset + pos)}")
+    """A numbered list of distinct items, a number and up to 12 words each, one per line."""
+    out, k, used, pos = [], 1, 0, 0
+    while used < tokens:
+        n = min(12, tokens - used - 1)
+        out.append(f"{k}." + (" " + filler(n, offset + pos) if n > 0 else ""))
+        used += 1 + n
         pos += n
         k += 1
     return "\n".join(out)

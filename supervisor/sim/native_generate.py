@@ -91,7 +91,7 @@ async def generate(handler: ChatHandler, request: Request) -> Response:
                       reasoning_content=None, finish_reason=plan.finish_reason,
                       matched_stop=EOS_TOKEN_ID if plan.finish_reason == "stop" else None,
                       prompt_tokens=prompt_tokens, completion_tokens=plan.completion_tokens,
-                      reasoning_tokens=0, answer=answer,
+                      reasoning_tokens=0, raw=answer,
                       budget=opts.context_length - prompt_tokens if max_new is None else max_new)
     done = await handler.decode(done)
     queued = done.finish_reason == "abort" and done.prompt_tokens == 0

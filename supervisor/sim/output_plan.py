@@ -29,7 +29,12 @@ _NORMAL = NormalDist()
 
 
 def prompt_digest(messages: Any, seed: int) -> bytes:
-    """A stable fingerprint of the prompt; key order and whitespace do not matter."""
+    """A stable fingerprint of the prompt as the model sees it (each message's role and
+    text), so the same prompt sent as messages or as input_ids gets the same answer; key
+    order and whitespace do not matter."""
+    if isinstance(messages, list):
+        from .toy_tokenizer import canonical_messages  # it reads filler_text, which reads this
+        messages = canonical_messages(messages)
     text = json.dumps(messages, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.blake2b(f"{seed}\x00{text}".encode(), digest_size=32).digest()
 

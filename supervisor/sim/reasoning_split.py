@@ -36,17 +36,28 @@ class Split:
     reasoning_content: str | None
 
 
-def split_reasoning(text: str, *, force_reasoning: bool) -> Split:
-    """The qwen3-style (`<think>`/`</think>`) detector's non-streaming parse."""
-    if not (force_reasoning or THINK_START in text):
+def split_reasoning(text: str, *, force_reasoning: bool, previous: str | None = None) -> Split:
+    """The qwen3-style (`<think>`/`</think>`) detector's non-streaming parse. `previous` is
+    the last assistant message of a `continue_final_message` request: the parser starts in
+    the state its text leaves (`<think>` in it: reasoning; `</think>`: the answer has begun;
+    BaseReasoningFormatDetector.__init__ and _detect_and_parse_impl, previous_content)."""
+    previous = previous or ""
+    in_reasoning = force_reasoning
+    if THINK_START in previous:
+        in_reasoning = True
+    if THINK_END in previous:
+        in_reasoning = False
+    if not (in_reasoning or THINK_START in text):
         return Split(text, None)
     body = text
     while body.startswith(THINK_START):
         body = body[len(THINK_START):]
-    if THINK_END not in body:
-        reasoning, content = body, ""          # cut off before the thinking ended
-    else:
+    if THINK_END in body:
         reasoning, content = body.split(THINK_END, 1)
+    elif THINK_END in previous:
+        reasoning, content = "", body      # the thought ended before this text began
+    else:
+        reasoning, content = body, ""      # cut off before the thinking ended
     return Split(content or "", reasoning or None)
 
 

@@ -39,12 +39,14 @@ def build_uploads(config: JobConfig, astore: AsyncStore,
     return uploader, DiskGuard(spool, u.min_free_bytes)
 
 
-def output_location(config: JobConfig, spool: Path) -> str:
+def output_location(config: JobConfig, spool: Path, state: Path) -> str:
     """Everything needed to reach this job's output again without its config file (kept in
     the state DB): the output, the spool, the partition, the uploads section (no secrets:
-    credentials always come from boto3's chain)."""
+    credentials always come from boto3's chain), and where the DB itself was, so that a copied
+    or moved DB is known for one and its recorded output is not taken as the one beside it."""
     output = config.job.output if config.output_is_s3 else str(config.path(config.job.output).resolve())
     return json.dumps({"output": output, "spool": str(spool.resolve()),
+                       "state": str(Path(state).resolve()),
                        "partition": str(config.job.partition) if config.job.partition else None,
                        "uploads": asdict(config.uploads)}, sort_keys=True)
 

@@ -43,7 +43,7 @@ def test_defaults_and_relative_paths(tmp_path: Path):
 
 @pytest.mark.parametrize("data, fragment", [
     ({**BASE, "jobs": {}}, "[jobs]: unknown section (allowed: [job]"),
-    (_with("job", shard_sise=10), "job.shard_sise: unknown key (allowed: model, output, partition"),
+    (_with("job", shard_sise=10), "job.shard_sise: unknown key (allowed: keep_token_ids, model, output, partition"),
     (_with("job", shard_size="500"), "job.shard_size: expected an integer, got '500'"),
     (_with("job", shard_size=0), "job.shard_size: must be > 0"),
     (_with("job", partition="3/2"), "job.partition: need 0 <= I < N"),

@@ -18,6 +18,7 @@ HEAD = '[generation]\nenable_thinking = false\n'
 def _check(tmp_path: Path, text: str, capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
     path = tmp_path / "job.toml"
     path.write_text(text)
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')   # `check` wants it there
     rc = check.main(["--config", str(path), "--skip-flag-check"])
     out = capsys.readouterr()
     return rc, out.out, out.err

@@ -187,6 +187,7 @@ def test_the_port_warning_is_logged_at_load_and_printed_by_check(
         load_config(path)
     assert [r.getMessage() for r in caplog.records
             if r.name == "supervisor.config"] == [f"{path}: {load_warnings(load_config(path))[0]}"]
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')   # `check` wants it there
     out = cli(["check", "--config", str(path), "--skip-flag-check"])
     assert out.returncode == 0, out.stderr
     assert (f"WARNING: {path}: servers.base_port: the servers' ports 25000..25001 fall inside"

@@ -81,7 +81,7 @@ def test_a_key_under_the_wrong_table_names_both_tables(tmp_path: Path, capsys):
                                           r"stop_grace_s belongs in \[servers\] "
                                           r"\(servers.stop_grace_s\) or \[dispatch\]"):
         parse_config({"job": {"stop_grace_s": 2}})
-    with pytest.raises(ConfigError, match=r"job.colour: unknown key \(allowed: model, output"):
+    with pytest.raises(ConfigError, match=r"job.colour: unknown key \(allowed: keep_token_ids, model, output"):
         parse_config({"job": {"colour": 2}})
     with pytest.raises(ConfigError, match=r"colour: a key at the top of the file, outside any "
                                           r"table, and no table has it \(tables: \[job\]"):
@@ -94,3 +94,16 @@ def test_the_cli_says_it_in_one_line(tmp_path: Path):
     out = cli(["check", "--config", str(path), "--skip-flag-check"])
     assert out.returncode == 2
     assert_one_line(out, "servers.gpus: GPU ids are 0 or more, got -3")
+
+
+@pytest.mark.parametrize("job, message", [
+    ({"keep_token_ids": "some"}, 'job.keep_token_ids: must be "truncated" or "all", got \'some\''),
+    ({"shard_output_ids": True}, 'job.shard_output_ids: needs job.keep_token_ids = "all"'),
+])
+def test_token_ids_keys_are_checked(tmp_path, job, message):
+    from supervisor.config.checks import validate
+    from supervisor.config.sections import JobConfig, JobSection
+    cfg = JobConfig(job=JobSection(**job))
+    with pytest.raises(ConfigError) as refused:
+        validate(cfg)
+    assert str(refused.value).startswith(message)

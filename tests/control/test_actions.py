@@ -55,7 +55,9 @@ def test_max_tokens_with_requeue_of_truncated(d: daemon.Daemon) -> None:
     assert d.query("SELECT count(*) FROM prompts WHERE status = 'done' AND "
                    "finish_reason = 'length' AND max_tokens < 512")[0][0] <= status.job.in_flight
     detail = assert_audited(d, "max-tokens")
-    assert detail["request"] == {"value": 512, "requeue_truncated": True, "requeue_at_most": None}
+    assert detail["request"] == {"value": 512, "requeue_truncated": True,
+                                 "continue_truncated": False, "include_loops": False,
+                                 "requeue_at_most": None}
     assert detail["result"]["requeued"] == result.requeued
     # New requests carry the new limit.
     d.wait_status(lambda s: any(n > 300 for n in _lengths(d)), "answers at the new limit")

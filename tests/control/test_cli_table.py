@@ -24,6 +24,9 @@ def test_verify_with_a_state_db_is_the_db_check() -> None:
     assert entry_point("verify", ["--state=job.db"]).__module__ == VERIFY_STATE
     assert entry_point("verify", ["--prompts", "p", "--output", "o"]).__module__ == (
         COMMANDS["verify"][0])
+    # With a prompt file the DB only lends the shards' checksums.
+    assert entry_point("verify", ["--prompts", "p", "--output", "o", "--state", "j.db"]
+                       ).__module__ == COMMANDS["verify"][0]
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))

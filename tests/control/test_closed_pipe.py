@@ -50,7 +50,7 @@ def job(tmp_path_factory: pytest.TempPathFactory) -> Path:
                         "generation": {"enable_thinking": False}}, base_dir=d)
     with Store.open(d / "state.db") as store:
         store.import_batch(rows(5))
-        store.set_setting(Setting.OUTPUT_LOCATION, output_location(cfg, d / "spool"))
+        store.set_setting(Setting.OUTPUT_LOCATION, output_location(cfg, d / "spool", d / "state.db"))
         for i in range(30):
             store.add_event("control_action", "job", {"i": i}, "test", float(i))
         store.close_for_readers()

@@ -75,6 +75,7 @@ def test_check_prints_the_schedulers_devices(tmp_path: Path, capsys, monkeypatch
     path = tmp_path / "job.toml"
     path.write_text('[generation]\nenable_thinking = false\n'
                     '[servers]\ncount = 2\nmodel_path = "m"\n')
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')   # `check` wants it there
     assert check.main(["--config", str(path), "--skip-flag-check"]) == 0
     out = capsys.readouterr().out
     assert "gpu1: GPUs 1 (the scheduler's 7, from this shell's CUDA_VISIBLE_DEVICES)" in out

@@ -144,6 +144,7 @@ def test_check_reports_sglangs_refusal_and_the_close_names(
     config.write_text(f'[generation]\nenable_thinking = false\n[servers]\ncount = 1\n'
                       f'model_path = "/models/m"\ncommand = ["{sys.executable}", "-m", '
                       f'"sglang.launch_server"]\nflags = {{ cuda-graph-max-bs = 8 }}\n')
+    (tmp_path / "prompts.jsonl").write_text('{"prompt": "hi"}\n')   # `check` wants it there
     rc = check.main(["--config", str(config)],
                     flag_checker=lambda cfg: sglang_verdict(cfg.servers, _env()))
     err = capsys.readouterr().err

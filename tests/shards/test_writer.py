@@ -162,9 +162,10 @@ def test_a_line_regenerated_between_two_reads_gets_its_shard_written_again(tmp_p
         assert store.shard(1).status == "assigned"
         batches = store.shard_line_batches
 
-        def regenerated_after_the_first_batch(shard_id: int, size: int):
+        def regenerated_after_the_first_batch(shard_id: int, size: int,
+                                              output_ids: bool = False):
             # ...and again while that write has read its first batch.
-            for k, batch in enumerate(batches(shard_id, size)):
+            for k, batch in enumerate(batches(shard_id, size, output_ids)):
                 yield batch
                 if k == 0:
                     assert store.requeue_truncated(200) == 1

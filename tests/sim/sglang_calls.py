@@ -3,6 +3,10 @@ calls to a simulated server and SGLang's label sets (not a test module)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
+from typing import Any
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -26,3 +30,13 @@ def chat(base: str, content: str = "Name three rivers.", **extra) -> httpx.Respo
 
 def families(text: str) -> dict[str, object]:
     return {f.name: f for f in text_string_to_metric_families(text)}
+
+
+def sse_events(lines: Iterable[str]) -> list[Any]:
+    """A stream's data lines, parsed ("[DONE]" kept as the string)."""
+    out: list[Any] = []
+    for line in lines:
+        if line.startswith("data: "):
+            data = line[len("data: "):]
+            out.append(data if data == "[DONE]" else json.loads(data))
+    return out

@@ -45,6 +45,7 @@ def test_a_file_that_is_not_a_state_db_is_named_and_left_alone(tmp_path, content
     assert "Traceback" not in r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and str(path) in lines[0], r.stderr
+    assert r.stdout == ""           # no heading that promises a status from it
     assert ("empty file" in lines[0]) if not content else ("not a SQLite" in lines[0])
     assert path.read_bytes() == content
     assert _siblings(path) == ["job.db"]

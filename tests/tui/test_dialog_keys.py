@@ -29,7 +29,9 @@ DIALOGS = {
     "pause": (data.healthy, ["p"], "pause", a.PauseRequest("paused by operator")),
     # The requeue is bounded by the count the dialog showed (the snapshot's job.truncated).
     "max tokens": (data.healthy, ["m"], "max-tokens",
-                   a.MaxTokensRequest(8192, True, data.healthy().job.truncated)),
+                   a.MaxTokensRequest(8192, True, requeue_at_most=data.healthy().job.truncated)),
+    "max tokens, continue": (data.continuable, ["m"], "max-tokens",
+                             a.MaxTokensRequest(8192, continue_truncated=True)),
 }
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Checkbox, Input
+from textual.widgets import Checkbox, Input, RadioButton
 
 from supervisor.contract import actions as a
 from tests.fixtures import tui_status_data as data
@@ -68,7 +68,7 @@ async def test_max_tokens_without_requeue_and_bad_value() -> None:
         assert "not a whole number" in str(app.screen.query_one("#error").render())
         assert not [c for c in d.calls if c[0] == "max-tokens"]
         app.screen.query_one("#value", Input).value = "5000"
-        app.screen.query_one("#requeue", Checkbox).value = False
+        app.screen.query_one("#leave", RadioButton).value = True
         await pilot.press("enter")
         assert (await until_called(pilot, d, "max-tokens"))[1] == a.MaxTokensRequest(5000)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import anyio
 import pytest
 from textual.pilot import Pilot
-from textual.widgets import Checkbox, Input
+from textual.widgets import Input, RadioButton
 
 from supervisor.contract.status import ServerState, Status
 from tests.fixtures import control_daemon as daemon
@@ -72,7 +72,7 @@ async def test_max_tokens_and_requeue_reach_the_daemon_and_the_screen(d: daemon.
         old = app.status.max_tokens
         await pilot.press("m")
         app.screen.query_one("#value", Input).value = str(old + 256)
-        app.screen.query_one("#requeue", Checkbox).value = False
+        app.screen.query_one("#leave", RadioButton).value = True
         await pilot.press("enter")
         await until(pilot, lambda: app.status.max_tokens == old + 256, "the new max tokens")
         assert f"max tokens {old + 256:,}" in shown(app, JobProgress)

@@ -86,7 +86,7 @@ def test_readonly(snap_compare) -> None:
 
 
 def test_max_tokens_dialog(snap_compare) -> None:
-    """m: the current limit doubled as the default, requeue truncated offered with its count."""
+    """m, the daemon keeping no tokens: the limit doubled, requeue from scratch chosen."""
     assert snap_compare(app_with(), terminal_size=WIDE, press=["m"], run_before=settled)
 
 

@@ -50,7 +50,7 @@ TINY_ROWS = 27      # 80x24: the charts lose another row
 class MainScreen(Screen[None]):
     BINDINGS = [
         Binding("m", "max_tokens", "max tok",
-                tooltip="set max tokens live; optionally requeue truncated prompts"),
+                tooltip="set max tokens live; continue or requeue truncated answers"),
         Binding("u", "requeue", "requeue",
                 tooltip="requeue prompts truncated under a lower limit (confirm)"),
         Binding("U", "requeue_with_loops", "requeue + loops", show=False,
@@ -166,10 +166,12 @@ class MainScreen(Screen[None]):
             if choice is not None:
                 self.act("max tokens", lambda: self.daemon.set_max_tokens(
                     choice.value, requeue_truncated=choice.requeue_truncated,
-                    requeue_at_most=shown), answer_text.max_tokens)
+                    continue_truncated=choice.continue_truncated,
+                    requeue_at_most=shown if choice.requeue_truncated else None),
+                    answer_text.max_tokens)
 
         self.app.push_screen(self.max_tokens_dialog.prepare(
-            s.max_tokens, s.context_length, s.job.truncated), chosen)
+            s.max_tokens, s.context_length, s.job.truncated, s.continuation), chosen)
 
     def action_requeue(self) -> None:
         s = self.status

@@ -1,13 +1,13 @@
 """The job at a glance: a progress bar with done/total and the ETA (with its 80% interval
 where the estimator gives one), then the windowed rates, truncation split into long and
-looping and the share cut off inside the thinking, request errors, and the energy the job
-has used."""
+looping and the share cut off inside the thinking, request errors, the energy the job
+has used, goodput and the tokens continuing truncated answers did not decode again."""
 
 from __future__ import annotations
 
 from rich.text import Text
 
-from supervisor.client.text import duration
+from supervisor.client.text import duration, si
 from supervisor.contract.status import Status
 from tui.formatting import count, percent
 from tui.goodput_style import goodput_style
@@ -79,8 +79,17 @@ class JobProgress(StatusText):
         # Goodput: the kept share of every token generated (the rest was thrown away:
         # loops, stalls, retries, crashes, requeues; by cause in `dflash-supervisor status`).
         # One cell, so the line still fits 100 columns. Yellow under 90%, red under 75%.
-        return [figure(f"{100 * w.goodput:.1f}%", "goodput", label_first=True,
-                       style=goodput_style(w.goodput))]
+        cells = [figure(f"{100 * w.goodput:.1f}%", "goodput", label_first=True,
+                        style=goodput_style(w.goodput))]
+        if w.continued_tokens:
+            # Tokens continuation did not decode again (answers continued from their stored
+            # tokens after a raise): not generated, so goodput does not count them.
+            cells.append(figure(f"{si(w.continued_tokens)} tok", "continued", label_first=True,
+                                style="bold green"))
+        pending = s.continuation.pending if s.continuation is not None else 0
+        if pending:
+            cells.append(figure(f"{pending:,}", "continuing", label_first=True))
+        return cells
 
     @staticmethod
     def _thinking_cells(s: Status) -> list[Text]:
