@@ -55,7 +55,7 @@ def test_the_labels() -> None:
     assert rerun_note(c).startswith("214 answers have no stored tokens: re-run from the start")
     assert rerun_note(replace(c, without_ids=0)) == "" == rerun_note(None)
     cells = [str(x) for x in JobProgress._waste_cells(data.continuable())]
-    assert cells == ["goodput 98.2%", "continued 1.3M tok"]
+    assert cells == ["goodput 98.2%", "lost to requeue 87%", "continued 1.3M tok"]
     pending = replace(data.continuable(), continuation=replace(c, pending=1_733))
     assert [str(x) for x in JobProgress._waste_cells(pending)][-1] == "continuing 1,733"
 

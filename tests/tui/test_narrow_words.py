@@ -63,3 +63,25 @@ async def test_a_toast_reaches_the_right_edge_leaving_nothing_behind_it() -> Non
         await pilot.pause(0.2)
         toast = app.screen.query_one("Toast")
         assert toast.region.right == SMALL[0], toast.region
+
+
+async def test_a_goodput_drop_names_the_cause_that_lost_the_most() -> None:
+    """Right after a requeue, goodput falls: `lost to requeue 80%` beside it says why."""
+    from dataclasses import replace
+
+    from supervisor.contract.status import Waste, WasteCount
+    from tui.widgets.job.job_progress import JobProgress
+
+    class _Job(App[None]):
+        def compose(self) -> ComposeResult:
+            yield JobProgress()
+
+    waste = Waste(kept_tokens=760, wasted_tokens=240, goodput=0.76,
+                  causes=(WasteCount("loop", 10, 48), WasteCount("requeue", 30, 192)))
+    app = _Job()
+    async with app.run_test(size=(120, 4)) as pilot:
+        widget = app.query_one(JobProgress)
+        widget.status = replace(data.healthy(), waste=waste)
+        await pilot.pause()
+        shown = str(widget.render())
+    assert "goodput 76.0%" in shown and "lost to requeue 80%" in shown, shown
