@@ -78,8 +78,11 @@ def summary_lines(result: Any, where: str, wall_s: float, failures: list[ServerF
                   uploads: str | None) -> list[str]:
     s = result.status
     q = s.dispatch.quality
-    # The end reason's head only: its tail repeats every server's cause, said below once.
-    head = result.reason.partition(": ")[0]
+    # Every server FAILED: the reason's head only, its tail repeats each server's cause, said
+    # below once. Any other reason (a pause's) is said nowhere else: whole.
+    head = result.reason
+    if failures and head.startswith("every server"):
+        head = head.partition(": ")[0]
     lines = [f"demo {head} in {wall_s:.0f} s: {s.done}/{s.total} done, {s.failed} failed, "
              f"{s.remaining} left",
              f"      this run: {q.checked_total} completions checked, {q.bad_total} bad, "
