@@ -181,13 +181,16 @@ class PromptsTable(StoreConnection):
         else:
             raise TypeError(f"not an outcome: {o!r}")
 
-    def requeue_truncated(self, below_max_tokens: int, include_loops: bool = False) -> int:
+    def requeue_truncated(self, below_max_tokens: int, include_loops: bool = False,
+                          at_most: int | None = None) -> int:
         """Done prompts cut off (finish_reason 'length') at a max_tokens below the given one
         go back to pending. Their result and shard stay until the new result replaces them,
         so the output never loses a line meanwhile. Degenerate loops stay unless
-        `include_loops`: a looping model loops again, at twice the cost."""
+        `include_loops`: a looping model loops again, at twice the cost. `at_most`: the
+        count an operator was shown; the earliest finished that many go, so answers cut off
+        while the operator read the dialog do not make the count a different number."""
         with self._tx() as conn:
-            n = truncated_to_pending(conn, below_max_tokens, include_loops)
+            n = truncated_to_pending(conn, below_max_tokens, include_loops, at_most)
             self._move(conn, DONE, PENDING, n)
         return n
 

@@ -81,15 +81,20 @@ def write_tokens(conn: sqlite3.Connection, prompt_id: str, ids: TokenIds | None)
 
 
 def truncated_to_pending(conn: sqlite3.Connection, below_max_tokens: int,
-                         include_loops: bool) -> int:
+                         include_loops: bool, at_most: int | None = None) -> int:
     """Done answers cut off under `below_max_tokens` back to pending (loops only when
-    `include_loops`); the caller moves status_counts. Shared by a requeue from scratch and
-    a continue: which one it is, the marks on answer_tokens say."""
+    `include_loops`; the earliest finished `at_most` only, when given: the count an operator
+    was shown); the caller moves status_counts. Shared by a requeue from scratch and a
+    continue: which one it is, the marks on answer_tokens say."""
+    where = ("WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
+             + ("" if include_loops else " AND coalesce(loop, 0) = 0"))
+    if at_most is None:
+        return int(conn.execute("UPDATE prompts INDEXED BY prompts_truncated "
+                                "SET status = 'pending' " + where, (below_max_tokens,)).rowcount)
     return int(conn.execute(
-        "UPDATE prompts INDEXED BY prompts_truncated SET status = 'pending' "
-        "WHERE status = 'done' AND finish_reason = 'length' AND max_tokens < ?"
-        + ("" if include_loops else " AND coalesce(loop, 0) = 0"),
-        (below_max_tokens,)).rowcount)
+        "UPDATE prompts SET status = 'pending' WHERE rowid IN (SELECT rowid FROM prompts "
+        f"INDEXED BY prompts_truncated {where} ORDER BY finished_at, rowid LIMIT ?)",
+        (below_max_tokens, max(0, at_most))).rowcount)
 
 
 def continue_now(conn: sqlite3.Connection, prompt_id: str) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.figure_text import pause_text
 from supervisor.contract.status import Event, ServerState, Status
 from tui.formatting import one_line
 from tui.link_state import LinkState
@@ -65,5 +66,5 @@ def alerts(status: Status | None, link: LinkState,
             out.append(Alert(Severity.ERROR, f"PAUSED (breaker), REQUESTS FAILING: "
                                              f"{one_line(p.reason, 200)} (fix, then p to resume)"))
         else:
-            out.append(Alert(Severity.WARNING, f"PAUSED ({p.source}): {one_line(p.reason, 160)}"))
+            out.append(Alert(Severity.WARNING, pause_text(p.source, one_line(p.reason, 160))))
     return tuple(out)

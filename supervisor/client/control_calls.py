@@ -70,9 +70,10 @@ class ControlCalls(ABC):
 
     async def set_max_tokens(self, value: int, *, requeue_truncated: bool = False,
                              continue_truncated: bool = False,
-                             include_loops: bool = False) -> MaxTokensResult:
+                             include_loops: bool = False,
+                             requeue_at_most: int | None = None) -> MaxTokensResult:
         return await self.call(api.MAX_TOKENS, MaxTokensRequest(
-            value, requeue_truncated, continue_truncated, include_loops))
+            value, requeue_truncated, continue_truncated, include_loops, requeue_at_most))
 
     async def requeue_truncated(self, *, include_loops: bool = False) -> RequeueResult:
         return await self.call(api.REQUEUE_TRUNCATED, RequeueTruncatedRequest(include_loops))

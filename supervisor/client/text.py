@@ -37,6 +37,8 @@ def clock(t: float | None) -> str:
 
 
 def eta(e: c.Eta) -> str:
+    if e.held:
+        return f"on hold ({e.held})"
     text = duration(e.seconds)
     if e.low_s is not None and e.high_s is not None:
         text += f" ({duration(e.low_s)}..{duration(e.high_s)})"

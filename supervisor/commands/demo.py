@@ -114,6 +114,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     printer = None if args.quiet else ProgressPrinter(sys.stdout, 5.0)
     job = Job(cfg, exit_when_paused=True, on_status=printer)
     started = time.monotonic()
+    started_at = time.time()
     try:
         result = anyio.run(job.run, backend_options=backend_options())
     except JobError as exc:
@@ -124,7 +125,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         if printer is not None:
             printer.end()
-    _summary(result, cfg, time.monotonic() - started)
+    _summary(result, cfg, time.monotonic() - started, started_at)
     return 0 if result.finished else 3
 
 
@@ -151,24 +152,24 @@ def _log_to_file(path: Path) -> None:
     logging.getLogger("httpx").setLevel(logging.WARNING)
 
 
-def _summary(result: Any, cfg: JobConfig, wall_s: float) -> None:
-    s = result.status
-    q = s.dispatch.quality
-    print(f"demo {result.reason} in {wall_s:.0f} s: {s.done}/{s.total} done, {s.failed} failed, "
-          f"{s.remaining} left")
-    print(f"      this run: {q.checked_total} completions checked, {q.bad_total} bad, "
-          f"{q.truncated_total} truncated at max_tokens\n"
-          f"      ({q.thinking_truncated_total} inside the thinking, {q.loop_total} looping)")
-    restarts = sum(srv.restarts for srv in s.servers)
-    if restarts:
-        print(f"      servers restarted {restarts} times: " + ", ".join(
-            f"{srv.name} {srv.last_exit_reason}" for srv in s.servers if srv.restarts))
-    where = cfg.job.output if cfg.output_is_s3 else cfg.path(cfg.job.output)
-    u = s.uploads
+def _summary(result: Any, cfg: JobConfig, wall_s: float, started_at: float) -> None:
+    from state.checked_open import open_for_reading
+    from supervisor.contract.event_kinds import EventKind
+    from supervisor.demo.summary import failures_by_server, summary_lines
+
+    store = open_for_reading(cfg.path(cfg.job.state))
+    try:
+        # A demo's run has a few dozen state changes per server: the latest 10,000 cover it.
+        events = store.recent_events(10_000, kind=EventKind.SERVER_STATE)
+    finally:
+        store.close()
+    u = result.status.uploads
+    uploads = None
     if cfg.output_is_s3 and u is not None:
         state = f"STOPPED: {u.stopped}" if u.stopped else (
             f"last error: {u.last_error}" if u.backlog_shards and u.last_error else "ok")
-        print(f"      uploads: {u.uploaded_shards} shards verified in {u.destination} "
-              f"({u.uploaded_bytes / 1e6:.1f} MB), {u.backlog_shards} waiting; {state}")
-    print(f"      shards in {where}\n"
-          "      run the same command again to resume (nothing is redone)")
+        uploads = (f"{u.uploaded_shards} shards verified in {u.destination} "
+                   f"({u.uploaded_bytes / 1e6:.1f} MB), {u.backlog_shards} waiting; {state}")
+    where = cfg.job.output if cfg.output_is_s3 else str(cfg.path(cfg.job.output))
+    lines = summary_lines(result, where, wall_s, failures_by_server(events, started_at), uploads)
+    print("\n".join(lines))

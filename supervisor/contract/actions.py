@@ -40,6 +40,9 @@ class MaxTokensRequest(Record):
     # their old limit are continued too. Not with requeue_truncated.
     continue_truncated: bool = False
     include_loops: bool = False       # continue the looping truncated answers too
+    # The count the caller showed (its status snapshot's `job.truncated`): no more than that
+    # many are requeued, the earliest finished, so the number shown is the number requeued.
+    requeue_at_most: int | None = None
 
 
 @dataclass(frozen=True)

@@ -36,3 +36,13 @@ def truncation(total: float, in_thinking: float | None = None,
     if loop:
         parts.append(f"long {100 * (long or 0.0):.1f}%, loop {100 * loop:.1f}%")
     return text + (f" ({'; '.join(parts)})" if parts else "")
+
+
+def pause_text(source: str, reason: str) -> str:
+    """`PAUSED (quality): empty answers 91%`; a reason that already says who paused
+    ("paused by operator", the TUI's default) is not said twice: `PAUSED by operator`."""
+    said = reason.strip()
+    rest = said[len("paused "):] if said.lower().startswith("paused ") else ""
+    if rest and source.lower() in rest.lower():
+        return f"PAUSED {rest}"
+    return f"PAUSED ({source}): {said}" if said else f"PAUSED ({source})"

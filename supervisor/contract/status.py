@@ -116,6 +116,9 @@ class Eta(Record):
     interval: float | None = None   # the interval's coverage, 0..1
     reason: str | None = None       # what is not known yet, while warming up
     windowed_s: float | None = None  # the windowed req/s ETA, for comparison
+    # Why `seconds` is None though prompts remain: "paused", "no server up" (a rate from
+    # before would count down while nothing is generated).
+    held: str | None = None
 
 
 @dataclass(frozen=True)

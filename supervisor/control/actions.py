@@ -131,7 +131,8 @@ class Actions:
             old = await self.dispatcher.set_max_tokens(req.value, actor)
         except ValueError as exc:
             raise Refused(422, str(exc)) from None
-        requeued = await self.dispatcher.requeue_truncated(actor) if req.requeue_truncated else None
+        requeued = await self.dispatcher.requeue_truncated(
+            actor, at_most=req.requeue_at_most) if req.requeue_truncated else None
         if req.continue_truncated:
             got = await self.dispatcher.continue_truncated(actor, req.include_loops)
             return MaxTokensResult(old=old, new=req.value, requeued=None,

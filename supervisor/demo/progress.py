@@ -33,12 +33,13 @@ class ProgressPrinter:
         if self.tty:
             # One column short of the edge: writing into the last column makes some
             # terminals wrap at once, and the next redraw would then start a line too low.
-            line = progress_line(status, width=max(20, terminal_columns(self.stream) - 1))
+            line = progress_line(status, width=max(20, terminal_columns(self.stream) - 1),
+                                 daemon=False)
             self.stream.write(REDRAW + line)
             self._drawn = True
             self.stream.flush()
         elif time.monotonic() - self._last >= self.interval_s or status.finished:
-            self.stream.write(progress_line(status) + "\n")
+            self.stream.write(progress_line(status, daemon=False) + "\n")
             self.stream.flush()
             self._last = time.monotonic()
 

@@ -16,6 +16,7 @@ class ServerProgress:
     in_flight: int = 0                       # requests on the wire now
     peak_in_flight: int = 0
     completed: int = 0                       # outcomes of any kind since the daemon started
+    answered: int = 0                        # of them, answers recorded done
     last_completion_at: float | None = None  # time.monotonic()
     last_request_started_at: float | None = None
     errors: int = 0

@@ -245,17 +245,23 @@ class Dispatcher:
                                {"from": old, "to": value}, actor, self.clock())
         return old
 
-    async def requeue_truncated(self, actor: str, include_loops: bool = False) -> int:
+    async def requeue_truncated(self, actor: str, include_loops: bool = False,
+                                at_most: int | None = None) -> int:
         """Re-run every prompt that ended with finish_reason length under a lower limit than
-        the current one; its new result replaces its line in its shard. Degenerate loops
-        are left alone unless `include_loops`: they would loop again, at the new limit."""
+        the current one (the earliest `at_most` of them, when the caller showed a count);
+        its new result replaces its line in its shard. Degenerate loops are left alone
+        unless `include_loops`: they would loop again, at the new limit."""
         # A requeue from scratch ends what an earlier raise with continue asked of the
         # requests still in flight.
         self._path.continue_below = None
-        count = await self.astore.call(Store.requeue_truncated, self.max_tokens, include_loops)
+        count = await self.astore.call(Store.requeue_truncated, self.max_tokens, include_loops,
+                                       at_most)
+        detail: dict[str, object] = {"count": count, "below_max_tokens": self.max_tokens,
+                                     "include_loops": include_loops}
+        if at_most is not None:
+            detail["shown"] = at_most
         await self.astore.call(Store.add_event, EventKind.REQUEUE_TRUNCATED, "generation",
-                               {"count": count, "below_max_tokens": self.max_tokens,
-                                "include_loops": include_loops}, actor, self.clock())
+                               detail, actor, self.clock())
         self.poke()
         return count
 

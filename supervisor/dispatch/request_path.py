@@ -22,7 +22,7 @@ from typing import Any
 import aiohttp
 import anyio
 
-from state.records import ClaimedPrompt, Outcome, Requeue
+from state.records import ClaimedPrompt, Done, Outcome, Requeue
 from state.waste_table import Wasted
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
@@ -187,6 +187,8 @@ class RequestPath:
         del serving.claimed[prompt.id]
         self.recorder.submit(waste + _with_waste(outcome, answer, endpoint.name, finished))
         p.completed += 1
+        if isinstance(outcome, Done):
+            p.answered += 1
         p.last_completion_at = time.monotonic()
 
     def _queued_not_failed(self, prompt_id: str, streamed: Streamed | None,

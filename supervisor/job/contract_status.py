@@ -86,6 +86,8 @@ def _gpus(t: GpuTelemetry | None, servers: Iterable[ServerSnapshot]) -> c.Gpus:
 def _eta(js: JobStatus) -> c.Eta:
     e = js.length_eta
     windowed = js.windowed_eta_s
+    if js.eta_held:
+        return c.Eta(seconds=None, warming_up=False, held=js.eta_held, windowed_s=None)
     if e is None or e.eta_s is None or not js.remaining:
         return c.Eta(seconds=js.eta_s, warming_up=js.eta_warming_up,
                      reason=e.reason if e is not None and js.remaining else None,

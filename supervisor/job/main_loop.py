@@ -432,11 +432,14 @@ class Job:
             await self._apply_disk_guard()
             snapshot = await status.build()
             self.systemd.ready()
-            alarm.check(snapshot)
+            reason = end_reason(snapshot, self.exit_when_paused)
+            if reason is None:
+                # A job that ends now says why once, as its end reason; the alarm is for a
+                # daemon that stays and waits for an operator.
+                alarm.check(snapshot)
             if self.on_status is not None:
                 self.on_status(snapshot)
             self.systemd.progress(snapshot)
-            reason = end_reason(snapshot, self.exit_when_paused)
             if reason is not None:
                 self._reason = reason
                 return

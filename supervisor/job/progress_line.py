@@ -10,7 +10,7 @@ req/s, bad share, ETA, servers and any alarm stay. Only a line that still does n
 
 from __future__ import annotations
 
-from supervisor.contract.figure_text import duration, truncation
+from supervisor.contract.figure_text import duration, pause_text, truncation
 from supervisor.job.status import JobStatus
 from supervisor.servers.server_state import ServerState
 
@@ -20,8 +20,10 @@ SHORTEN_ORDER = ("energy", "trunc", "eta", "avg", "trunc", "backlog", "tok", "se
                  "eta", "done")
 
 
-def progress_line(s: JobStatus, width: int | None = None) -> str:
-    fields = _fields(s)
+def progress_line(s: JobStatus, width: int | None = None, daemon: bool = True) -> str:
+    """`daemon`: a daemon stays to act on (systemd's STATUS=); the demo, which exits when
+    every server has FAILED, says so without advice that needs a running daemon."""
+    fields = _fields(s, daemon)
     step = {name: 0 for name in fields}
     line = _join(fields, step)
     if width is None:
@@ -42,7 +44,7 @@ def _join(fields: dict[str, list[str]], step: dict[str, int]) -> str:
     return "  ".join(text for name, forms in fields.items() if (text := forms[step[name]]))
 
 
-def _fields(s: JobStatus) -> dict[str, list[str]]:
+def _fields(s: JobStatus, daemon: bool = True) -> dict[str, list[str]]:
     """Each field's forms, longest first; an empty form drops the field."""
     r = s.dispatch.rates
     q = s.dispatch.quality
@@ -57,8 +59,11 @@ def _fields(s: JobStatus) -> dict[str, list[str]]:
     f["tok"] = [f"{_si(r.tok_per_s)} tok/s", ""]
     f["avg"] = [f"avg {r.avg_output_tokens:.0f} tok", ""]
     short_trunc = f"trunc {100 * q.truncation_rate:.1f}%"
-    f["trunc"] = [truncation(q.truncation_rate, q.thinking_truncated_rate,
-                             q.answer_truncated_rate, q.long_rate, q.loop_rate),
+    # The rates are the quality window's (its latest answers), not the job's: where there is
+    # room, the window's size says so (the demo's summary gives the job's share).
+    windowed = truncation(q.truncation_rate, q.thinking_truncated_rate, q.answer_truncated_rate,
+                          q.long_rate, q.loop_rate).replace("trunc ", f"trunc (last {q.samples}) ", 1)
+    f["trunc"] = [windowed,
                   short_trunc + (f" (loop {100 * q.loop_rate:.1f}%)" if q.loop_rate else ""),
                   short_trunc]
     f["bad"] = [f"bad {100 * q.bad_rate:.1f}%"]
@@ -81,10 +86,10 @@ def _fields(s: JobStatus) -> dict[str, list[str]]:
         if u.stopped:
             f["uploads"] = [f"UPLOADS STOPPED: {u.stopped}"]
     if s.dispatch.paused:
-        f["paused"] = ["PAUSED: " + "; ".join(s.dispatch.paused.values())]
+        f["paused"] = ["; ".join(pause_text(k, v) for k, v in s.dispatch.paused.items())]
     if s.servers and all(srv.state is ServerState.FAILED for srv in s.servers):
         f["all_failed"] = ["EVERY SERVER FAILED: `dflash-supervisor ctl reset NAME` to start "
-                           "one again"]
+                           "one again" if daemon else "EVERY SERVER FAILED"]
     elif s.servers and all(srv.state in (ServerState.FAILED, ServerState.GONE)
                            for srv in s.servers):
         # Attached servers that went away are probed until they answer: nothing to reset.
@@ -94,6 +99,12 @@ def _fields(s: JobStatus) -> dict[str, list[str]]:
 
 
 def _eta_forms(s: JobStatus) -> list[str]:
+    if s.eta_held == "no server up":
+        # EVERY SERVER FAILED / DOWN says it; an ETA beside it would be noise.
+        return [""]
+    if s.eta_held:
+        # PAUSED says it where the line is short.
+        return [f"ETA on hold ({s.eta_held})", ""]
     eta = duration(s.eta_s)
     e = s.length_eta
     full = eta

@@ -10,7 +10,7 @@ from supervisor.dispatch.length_eta import EtaEstimate
 from supervisor.dispatch.rate_window import eta_seconds
 from supervisor.gpu.energy import EnergySnapshot
 from supervisor.gpu.snapshot import GpuTelemetry
-from supervisor.servers.server_state import ServerSnapshot
+from supervisor.servers.server_state import ServerSnapshot, ServerState
 from supervisor.uploads.upload_status import UploadStatus
 
 
@@ -42,15 +42,31 @@ class JobStatus:
         return eta_seconds(self.remaining, self.dispatch.rates.req_per_s)
 
     @property
+    def eta_held(self) -> str | None:
+        """Why no ETA counts down now, though prompts remain: nothing is being generated, so
+        a rate from before the pause (or the failures) would count down to a false finish."""
+        if not self.remaining:
+            return None
+        if self.dispatch.paused or self.disk_paused:
+            return "paused"
+        if self.servers and all(s.state in (ServerState.FAILED, ServerState.GONE)
+                                for s in self.servers):
+            return "no server up"
+        return None
+
+    @property
     def eta_s(self) -> float | None:
-        """The length-aware ETA once it has one; the windowed req/s one before."""
+        """The length-aware ETA once it has one; the windowed req/s one before; None while
+        held (eta_held)."""
+        if self.eta_held:
+            return None
         if self.length_eta is not None and self.length_eta.eta_s is not None:
             return self.length_eta.eta_s if self.remaining else 0.0
         return self.windowed_eta_s
 
     @property
     def eta_warming_up(self) -> bool:
-        if not self.remaining:
+        if not self.remaining or self.eta_held:
             return False
         if self.length_eta is not None and self.length_eta.eta_s is not None:
             return self.length_eta.warming_up

@@ -19,6 +19,7 @@ class ServerProgressView(Protocol):
     """One server's progress record, written by the dispatcher."""
     in_flight: int
     completed: int
+    answered: int             # of them, answers recorded done (a life that answered served)
     hung: str | None          # set when its streams stalled while it made no token
     rates: Any                # its completion-rate window (None before the first answer)
     # The newest token any of its streams made this life (monotonic; None: none yet), and

@@ -220,6 +220,30 @@ def describe_returncode(returncode: int | None) -> str:
     return f"exited with code {returncode}"
 
 
+def describe_unasked_exit(returncode: int | None) -> str:
+    """A death the supervisor did not cause, said so: "killed by signal 9" alone, on the line
+    where the server moves to STOPPING, reads as if the supervisor had killed it."""
+    if returncode is not None and returncode < 0:
+        return f"ended on its own ({describe_returncode(returncode)}, not sent by the supervisor)"
+    return f"ended on its own ({describe_returncode(returncode)})"
+
+
+# "[2026-12-04 03:12:45 TP0] ": the record's time is in the log; the cause line needs none.
+_RECORD_PREFIX = re.compile(r"^\[[^\]]*\]\s*")
+_TRACEBACK = re.compile(r"Traceback \(most recent call last\):\s*(?:\.\.\.\s*)?")
+# "supervisor.sim.faults.SimulatedCrash:" -> "SimulatedCrash:": the class says the cause.
+_DOTTED_CLASS = re.compile(r"\b(?:[a-z_][\w]*\.)+([A-Z]\w*):")
+
+
+def short_cause(line: str) -> str:
+    """SGLang's line, or its exception, for a one-line reason: no record time, no traceback
+    header, no module path (the whole traceback stays in the server's log and the event's
+    evidence)."""
+    text = _RECORD_PREFIX.sub("", line.strip())
+    text = _TRACEBACK.sub("", text)
+    return _DOTTED_CLASS.sub(r"\1:", text)[:300]
+
+
 def classify(trigger: Trigger, returncode: int | None, log_lines: Iterable[str],
              detail: str = "") -> ExitReason:
     """`returncode` is Popen's (negative = killed by that signal); `log_lines` are this life's
@@ -246,12 +270,12 @@ def classify(trigger: Trigger, returncode: int | None, log_lines: Iterable[str],
     if oom is not None:
         # OOM wins over what we saw: a scheduler that OOMs can leave the HTTP front end
         # hanging, and the fix (lower mem-fraction / running requests) is the same.
-        return ExitReason(ExitKind.OOM, f"{seen} after: {oom.strip()[:300]}", code, sig, oom)
+        return ExitReason(ExitKind.OOM, f"{seen} after: {short_cause(oom)}", code, sig, oom)
     watchdog = find_watchdog_line(lines)
     if watchdog is not None:
         # SGLang's watchdog saw a forward batch run past --watchdog-timeout and took the
         # server down (SIGQUIT, then SIGKILL): a hang, whatever signal ended it.
-        return ExitReason(ExitKind.HANG, f"{seen} after: {watchdog.strip()[:300]}", code, sig,
+        return ExitReason(ExitKind.HANG, f"{seen} after: {short_cause(watchdog)}", code, sig,
                           watchdog)
     crash = find_crash_line(lines)
     if crash is not None and trigger in (Trigger.HEALTH, Trigger.PROGRESS) \
@@ -263,7 +287,8 @@ def classify(trigger: Trigger, returncode: int | None, log_lines: Iterable[str],
     if crash is not None:
         # SGLang's own account of a death: its SIGKILL is its own kill_process_tree, not
         # the kernel's OOM killer.
-        return ExitReason(ExitKind.CRASH, f"{seen} after: {crash[:300]}", code, sig, crash)
+        return ExitReason(ExitKind.CRASH, f"{seen} after: {short_cause(crash)}", code, sig,
+                          crash)
     if trigger is Trigger.EXITED:
         text = describe_returncode(returncode)
         if sig == signal.SIGKILL:

@@ -37,15 +37,23 @@ class ProgressReading:
     hung: str | None = None       # the dispatcher's own verdict (stall_watch.py)
     derived_timeout_s: float | None = None   # the completion rule's timeout, when used
     derived_from: str = ""        # how that timeout was reached, for the log line
+    answered: int = 0             # answers completed in this READY life
 
 
 @dataclass
 class LifeProgress:
-    """The span of one READY life's progress: a life that failed after serving (token
-    progress sustained over `served_after_s`) is not part of a failure loop
+    """The span of one READY life's progress, and the answers it completed (said in the
+    failure's event): a life that failed after serving is not part of a failure loop
     (restart_policy.py)."""
     first_at: float | None = None
     last_at: float | None = None
+    answered: int = 0
+
+    def served(self, served_after_s: float) -> bool:
+        """Its token progress lasted `served_after_s`. Answers alone are not enough: a
+        scheduler that sticks once its first answers are out would then restart forever;
+        the policy's words say "before N s of serving", which such a life did not reach."""
+        return self.span_s >= served_after_s
 
     def saw(self, at: float) -> None:
         if self.first_at is None or at < self.first_at:
@@ -73,6 +81,7 @@ class HangRule:
 
     def observe(self, r: ProgressReading, now: float, hang_timeout_s: float) -> str | None:
         """The hang reason, or None while the server is idle or making progress."""
+        self.life.answered = max(self.life.answered, r.answered)
         if r.completed != self._last_completed:
             if self._last_completed is not None:
                 self._completed_at = now

@@ -39,7 +39,7 @@ from supervisor.servers.exit_classifier import (
     ExitReason,
     Trigger,
     classify,
-    describe_returncode,
+    describe_unasked_exit,
 )
 from supervisor.servers.fleet_context import FleetContext
 from supervisor.servers.launch_command import ServerSpec, build_argv, build_env
@@ -378,11 +378,12 @@ class ManagedServer:
                                       "for an operator", **detail)
             return
         life = self.ready.life_progress
-        served = life is not None and life.span_s >= self.servers.served_after_s
+        served = life is not None and life.served(self.servers.served_after_s)
         decision = self.policy.record_failure(self.ctx.monotonic(), served=served)
         detail["failures_in_window"] = decision.failures_in_window
         detail["unserved_in_row"] = decision.unserved_in_row
         detail["served_s"] = round(life.span_s, 1) if life is not None else 0.0
+        detail["answered"] = life.answered if life is not None else 0
         if decision.give_up:
             await self.transitions.to(
                 S.FAILED, f"{reason}; {decision.reason}, waiting for an operator", **detail)
@@ -431,7 +432,8 @@ class ManagedServer:
 
 
 async def _exit_of(proc: ServerProcess) -> str | None:
-    """How our process ended (its return code or signal), or None while it runs."""
+    """How our process ended (its return code or signal, said as not our doing), or None
+    while it runs."""
     if await has_exited(proc):
-        return describe_returncode(proc.returncode)
+        return describe_unasked_exit(proc.returncode)
     return None

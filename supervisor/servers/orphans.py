@@ -73,4 +73,4 @@ def stop_orphan(record: Any, grace_s: float) -> tuple[OrphanVerdict, str]:
         return verdict, "left alone"
     log.warning("%s: stopping a server left by a previous daemon (pgid %d, pids %s): %s",
                 record.name, verdict.pgid, list(verdict.pids), verdict.why)
-    return verdict, stop_group(verdict.pgid, grace_s)
+    return verdict, stop_group(verdict.pgid, grace_s, name=record.name)

@@ -46,6 +46,8 @@ class ServerProcess:
     # The launcher's own name for it, where it has one (a systemd unit).
     unit: str | None = None
     stopped_by_us: bool = field(default=False)
+    # The server it runs ("gpu0"), so a line about its process group names the server.
+    name: str = ""
 
     @property
     def returncode(self) -> int | None:
@@ -137,11 +139,14 @@ def signal_group(pgid: int, sig: int) -> bool:
 
 
 def stop_group(pgid: int, grace_s: float, leader: ServerProcess | None = None,
-               kill_wait_s: float = 10.0, poll_s: float = 0.05) -> str:
+               kill_wait_s: float = 10.0, poll_s: float = 0.05, name: str = "") -> str:
     """SIGTERM the group, wait up to grace_s for it to empty, then SIGKILL it. Blocking.
 
     Returns "gone" (nothing was running), "terminated", "killed" or "stuck" (members survived
     SIGKILL: uninterruptible sleep in the driver; logged, and the caller carries on)."""
+
+    # An operator reads these lines by server: a process group id alone names nothing.
+    who = f"{name}: process group {pgid}" if name else f"process group {pgid}"
 
     def reap() -> None:
         if leader is not None:
@@ -155,8 +160,7 @@ def stop_group(pgid: int, grace_s: float, leader: ServerProcess | None = None,
             try:
                 leader.popen.wait(timeout=kill_wait_s)
             except subprocess.TimeoutExpired:
-                log.error("process group %d is empty but its leader %d did not exit",
-                          pgid, leader.pid)
+                log.error("%s is empty but its leader %d did not exit", who, leader.pid)
         return result
 
     reap()
@@ -170,8 +174,8 @@ def stop_group(pgid: int, grace_s: float, leader: ServerProcess | None = None,
             return empty("terminated")
         time.sleep(poll_s)
     survivors = group_members(pgid)
-    log.warning("process group %d did not stop within %g s; sending SIGKILL to %s",
-                pgid, grace_s, survivors)
+    log.warning("%s did not stop within %g s of SIGTERM; sending SIGKILL to %s",
+                who, grace_s, survivors)
     signal_group(pgid, signal.SIGKILL)
     deadline = time.monotonic() + kill_wait_s
     while time.monotonic() < deadline:
@@ -179,5 +183,5 @@ def stop_group(pgid: int, grace_s: float, leader: ServerProcess | None = None,
         if not group_members(pgid):
             return empty("killed")
         time.sleep(poll_s)
-    log.error("process group %d survived SIGKILL: %s", pgid, group_members(pgid))
+    log.error("%s survived SIGKILL: %s", who, group_members(pgid))
     return "stuck"

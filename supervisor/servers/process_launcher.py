@@ -21,7 +21,9 @@ class ProcessLauncher:
     kind = "process"
 
     def launch(self, request: LaunchRequest) -> ServerProcess:
-        return spawn(request.argv, request.env, request.log, request.header, request.cwd)
+        proc = spawn(request.argv, request.env, request.log, request.header, request.cwd)
+        proc.name = request.name
+        return proc
 
     def find(self, record: ServerRecord) -> ServerProcess | None:
         if not leader_alive(record.pid, record.started_at):
@@ -31,7 +33,7 @@ class ProcessLauncher:
         except OSError:
             return None
         return ServerProcess(record.pid, pgid, tuple(record.argv), record.started_at,
-                             adopted=True)
+                             adopted=True, name=record.name)
 
     def stop(self, proc: ServerProcess, grace_s: float, kill_wait_s: float) -> str:
-        return stop_group(proc.pgid, grace_s, proc, kill_wait_s)
+        return stop_group(proc.pgid, grace_s, proc, kill_wait_s, name=proc.name)

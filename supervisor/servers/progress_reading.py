@@ -34,10 +34,12 @@ class ProgressReader:
         self._stream_speed: float | None = None
         self._speed_completed: int | None = None
         self._said = False
+        self._answered_before = 0   # the server's answers before this READY life
 
     def new_life(self, argv: Sequence[str]) -> None:
         """A READY life begins: where it has no token signal at all, say so now."""
         self._argv, self._said = argv, False
+        self._answered_before = int(self._progress().answered)
         if not self._dispatch().stream and not metrics_enabled(argv):
             self.read()
 
@@ -66,7 +68,8 @@ class ProgressReader:
         return ProgressReading(in_flight=int(p.in_flight), token_at=max(times, default=None),
                                token_signal=streams or counter, completed=int(p.completed),
                                hung=p.hung, derived_timeout_s=derived,
-                               derived_from=how)
+                               derived_from=how,
+                               answered=int(p.answered) - self._answered_before)
 
     def _derived_timeout(self, p: ServerProgressView) -> tuple[float, str]:
         """The longest answer we ask for at the measured per-stream speed, x HANG_MARGIN;

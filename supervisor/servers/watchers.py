@@ -21,7 +21,7 @@ import anyio
 import httpx
 
 from supervisor.config import ServersSection
-from supervisor.servers.exit_classifier import Trigger, describe_returncode
+from supervisor.servers.exit_classifier import Trigger, describe_unasked_exit
 from supervisor.servers.hang_rule import HangRule, ProgressReading
 from supervisor.servers.process_group import ServerProcess
 from supervisor.sglang.health import probe
@@ -67,7 +67,7 @@ async def has_exited(proc: ServerProcess) -> bool:
 async def watch_exit(proc: ServerProcess, decision: Decision, poll_s: float) -> None:
     while True:
         if await has_exited(proc):
-            decision.decide(Failure(Trigger.EXITED, describe_returncode(proc.returncode)))
+            decision.decide(Failure(Trigger.EXITED, describe_unasked_exit(proc.returncode)))
             return
         await anyio.sleep(poll_s)
 

@@ -259,8 +259,10 @@ class Uploader:
         self._failed_ids.pop(shard.id, None)
         self.last_success_at = now
         self._rate.add(now, blob.size)
-        log.info("shard %s uploaded to %s (%d bytes, ETag %s)", shard.key, self.sink.describe(),
-                 blob.size, etag)
+        # A local directory has no ETag: its checksum is what was verified.
+        proof = f"ETag {etag}" if etag is not None else checksum
+        log.info("shard %s uploaded to %s (%d bytes, %s)", shard.key, self.sink.describe(),
+                 blob.size, proof)
         if not self.keep_local:
             # A rewrite landing between the mark and this unlink loses only the spool copy:
             # the next pass finds the file missing and the writer rebuilds it from the DB.

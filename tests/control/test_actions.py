@@ -56,10 +56,25 @@ def test_max_tokens_with_requeue_of_truncated(d: daemon.Daemon) -> None:
                    "finish_reason = 'length' AND max_tokens < 512")[0][0] <= status.job.in_flight
     detail = assert_audited(d, "max-tokens")
     assert detail["request"] == {"value": 512, "requeue_truncated": True,
-                                 "continue_truncated": False, "include_loops": False}
+                                 "continue_truncated": False, "include_loops": False,
+                                 "requeue_at_most": None}
     assert detail["result"]["requeued"] == result.requeued
     # New requests carry the new limit.
     d.wait_status(lambda s: any(n > 300 for n in _lengths(d)), "answers at the new limit")
+
+
+def test_the_max_tokens_dialog_count_is_the_count_requeued(d: daemon.Daemon) -> None:
+    """The `m` dialog's figure (a snapshot's job.truncated) is what is requeued and evented,
+    though answers keep being cut off while the operator reads it."""
+    with d.client() as client:
+        shown = client.status().job.truncated
+        assert shown is not None
+        d.wait_status(lambda s: (s.job.truncated or 0) > shown, "more truncated since")
+        result = client.set_max_tokens(512, requeue_truncated=True, requeue_at_most=shown)
+    assert result.requeued == shown
+    [(detail,)] = d.query("SELECT detail FROM events WHERE kind = 'requeue_truncated' "
+                          "ORDER BY id DESC LIMIT 1")
+    assert json.loads(detail)["count"] == shown == json.loads(detail)["shown"]
 
 
 def _lengths(d: daemon.Daemon) -> list[int]:

@@ -88,7 +88,11 @@ def test_the_wire_is_what_older_clients_send() -> None:
     # fields it does not know, as the codec's versioning rule has it.)
     assert BY_NAME["max-tokens"].to_wire(a.MaxTokensRequest(8192, True)) == Wire(
         "/v1/max-tokens", {}, {"value": 8192, "requeue_truncated": True,
-                               "continue_truncated": False, "include_loops": False})
+                               "continue_truncated": False, "include_loops": False,
+                               "requeue_at_most": None})
+    # An older client's body, without the bound the TUI now sends, is still taken.
+    assert BY_NAME["max-tokens"].from_wire({}, {}, {"value": 8192, "requeue_truncated": True}) \
+        == a.MaxTokensRequest(8192, True)
     # An old client's empty body and a query value that is not a number.
     assert BY_NAME["resume"].from_wire({}, {}, {}) == a.ResumeRequest()
     with pytest.raises(ContractError, match="LogRequest.lines: expected a non-negative"):

@@ -60,6 +60,11 @@ def test_demo_writes_every_prompt_once_and_a_rerun_redoes_nothing(tmp_path):
     first = demo(d, "--prompts", "1200", "--instant")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "finished" in first.stdout
+    # Nothing is left to resume: no advice to run it again.
+    assert "run the same command again" not in first.stdout
+    # A local output has no ETag: its upload lines name the checksum verified instead.
+    uploaded = [x for x in (d / "daemon.log").read_text().splitlines() if " uploaded to " in x]
+    assert len(uploaded) == 3 and all("sha256:" in x and "ETag" not in x for x in uploaded)
     ids = shard_ids(d)
     assert sorted(ids) == expected_ids(1200)
     shards = sorted((d / "shards").glob("*.jsonl"))
@@ -129,3 +134,23 @@ def test_empty_outputs_trip_the_gate_and_pause_the_job(tmp_path):
     assert done < 600 and pending > 0
     [(actor,)] = query(d, "select actor from events where kind='paused'")
     assert actor == "quality-gate"
+
+
+def test_a_crash_loop_is_said_once_per_server_and_counted_as_the_audit_counts(tmp_path):
+    """`demo --fault crash`: no traceback on the terminal, no advice for a daemon that is gone,
+    the summary's failures equal audit_restarts', each server's line once."""
+    d = tmp_path / "demo"
+    run = demo(d, "--prompts", "3000", "--fault", "crash", "--fault-after-s", "2",
+               "--time-scale", "200")
+    out = run.stdout + run.stderr
+    assert run.returncode == 3, out
+    assert "Traceback" not in out and "ctl reset" not in out, out
+    assert "not sent by the supervisor" in run.stderr
+    [(audited,)] = query(d, "select sum(restarts) from audit_restarts")
+    assert f"server failures this run: {audited} " in run.stdout, run.stdout
+    for name in ("gpu0", "gpu1", "gpu2"):
+        assert sum(line.strip().startswith(f"{name}: failed ") for line in
+                   run.stdout.splitlines()) == 1, run.stdout
+    assert run.stdout.count("SimulatedCrash") == 1, run.stdout
+    assert run.stdout.splitlines()[-1].endswith("run the same command again to resume "
+                                                "(nothing is redone)")

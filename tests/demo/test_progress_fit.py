@@ -65,7 +65,7 @@ def test_an_alarm_is_never_dropped_and_a_too_long_one_is_cut_visibly(tmp_path: P
     s = mid_job(tmp_path)
     paused = replace(s, dispatch=replace(s.dispatch, paused={"operator": "x" * 200}))
     line = progress_line(paused, width=79)
-    assert len(line) == 79 and line.endswith("…") and "PAUSED: xxx" in line
+    assert len(line) == 79 and line.endswith("…") and "PAUSED (operator): xx" in line
     stopping = progress_line(replace(s, stopping="draining: SIGTERM"), width=79)
     assert stopping.startswith("DRAINING: SIGTERM") and len(stopping) <= 79
 
@@ -117,3 +117,38 @@ def test_a_pipe_gets_whole_lines(tmp_path: Path) -> None:
         stream.close()
         os.close(read)
     assert out == progress_line(mid_job(tmp_path)) + "\n"
+
+
+def test_every_server_failed_shows_no_eta_and_the_demo_gives_no_daemon_advice(
+        tmp_path: Path) -> None:
+    """No countdown beside EVERY SERVER FAILED; `ctl reset` only where a daemon stays."""
+    failed = tuple(server_snapshot(f"gpu{i}", ServerState.FAILED) for i in range(3))
+    s = mid_job(tmp_path, servers=failed)
+    for line in (progress_line(s), progress_line(s, width=79)):
+        assert "EVERY SERVER FAILED" in line and "ETA" not in line, line
+    assert "ctl reset NAME" in progress_line(s)
+    demo_line = progress_line(s, daemon=False)
+    assert "EVERY SERVER FAILED" in demo_line and "ctl reset" not in demo_line
+
+
+def test_while_paused_the_eta_is_on_hold_not_counting_down(tmp_path: Path) -> None:
+    """A paused job's ETA says it is on hold, in the line and in the contract."""
+    from supervisor.job.contract_status import _eta
+
+    s = mid_job(tmp_path)
+    paused = replace(s, dispatch=replace(s.dispatch, paused={"operator": "by operator"}))
+    assert paused.eta_s is None
+    assert "ETA on hold (paused)" in progress_line(paused)
+    assert "ETA 23s" not in progress_line(paused)
+    e = _eta(paused)
+    assert (e.seconds, e.held, e.warming_up) == (None, "paused", False)
+    # Not paused, the same figures count down as before.
+    assert _eta(s).seconds == 23 and _eta(s).held is None
+
+
+def test_the_truncation_share_names_its_window(tmp_path: Path) -> None:
+    """The progress line's trunc is the quality window's, and says how many answers it spans."""
+    s = mid_job(tmp_path)
+    s = replace(s, dispatch=replace(s.dispatch, quality=replace(s.dispatch.quality,
+                                                                  samples=200)))
+    assert "trunc (last 200) 17.5%" in progress_line(s)

@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from supervisor.servers.exit_classifier import ExitKind, Trigger, classify
+from supervisor.servers.exit_classifier import ExitKind, Trigger, classify, describe_unasked_exit
 
 T = "[2026-12-04 03:12:45 TP0] "
 
@@ -199,3 +199,23 @@ def test_our_stop_of_a_hung_server_is_not_its_crash(trigger: Trigger) -> None:
     # A child that died of itself before we acted is still the crash it is.
     own = ["Subprocess scheduler_0 (pid=11) crashed with exit code 1. Triggering SIGQUIT ..."]
     assert classify(trigger, -signal.SIGKILL, own, "stalled").kind is ExitKind.CRASH
+
+
+def test_a_crash_reason_is_one_short_line_and_the_traceback_stays_evidence() -> None:
+    """No record time, no traceback header, no module path in the reason; evidence keeps all."""
+    lines = ["[2026-12-06 14:50:52 TP0] Scheduler hit an exception: Traceback (most recent "
+             "call last):", '  File "/x/faults.py", line 9, in crash',
+             "supervisor.sim.faults.SimulatedCrash: Simulated scheduler crash: CUDA error: an "
+             "illegal memory access was encountered"]
+    r = classify(Trigger.EXITED, -signal.SIGKILL, lines)
+    assert r.detail == ("killed by signal 9 (SIGKILL) after: Scheduler hit an exception: "
+                        "SimulatedCrash: Simulated scheduler crash: CUDA error: an illegal "
+                        "memory access was encountered")
+    assert r.evidence is not None and "Traceback" in r.evidence and "14:50:52" in r.evidence
+
+
+def test_a_death_the_supervisor_did_not_cause_says_so() -> None:
+    """`killed by signal 9` alone reads as the supervisor's doing; the line says it was not."""
+    assert describe_unasked_exit(-9) == ("ended on its own (killed by signal 9 (SIGKILL), "
+                                         "not sent by the supervisor)")
+    assert describe_unasked_exit(1) == "ended on its own (exited with code 1)"

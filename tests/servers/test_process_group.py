@@ -170,3 +170,22 @@ print(pid, flush=True)
             os.kill(child, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+def test_a_group_that_outlives_sigterm_is_named_by_its_server(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The SIGKILL warning names the server the launcher started, not a bare group id."""
+    from supervisor.servers.launcher import LaunchRequest
+    from supervisor.servers.process_launcher import ProcessLauncher
+
+    log = ServerLog(tmp_path / "gpu3.log")
+    launcher = ProcessLauncher()
+    proc = launcher.launch(LaunchRequest("gpu3", (sys.executable, "-c", FAMILY, "ignore"),
+                                         dict(os.environ), log, "gpu3 start #1"))
+    _wait_for_line(log, "children")
+    with caplog.at_level("WARNING", logger="supervisor.servers"):
+        assert launcher.stop(proc, 0.3, 10.0) == "killed"
+    said = [r.getMessage() for r in caplog.records if "did not stop" in r.getMessage()]
+    assert said and said[0].startswith(f"gpu3: process group {proc.pgid} did not stop within"), said
+    log.catch_up(final=True)
+    log.close()

@@ -45,7 +45,7 @@ def test_lives_failing_in_a_row_without_serving_give_up_however_slow() -> None:
     assert [d.give_up for d in decisions] == [False, False, False, True]
     assert max(d.failures_in_window for d in decisions) <= 3
     assert decisions[-1].unserved_in_row == 4
-    assert decisions[-1].reason == "4 lives in a row failed without serving"
+    assert decisions[-1].reason == "4 lives in a row failed before 300 s of serving"
     # The backoff grows with the loop, though the window holds few failures.
     assert [d.delay_s for d in decisions[:3]] == [5, 10, 20]
     p.reset()

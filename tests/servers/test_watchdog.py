@@ -180,3 +180,28 @@ async def test_a_reloaded_hang_timeout_applies_within_the_same_life() -> None:
             while decision.outcome is None:
                 await anyio.sleep(0.02)
         tg.cancel_scope.cancel()
+
+
+async def test_a_life_counts_its_answers_and_its_words_say_how_long_it_served(
+        tmp_path: Path) -> None:
+    """Ten seconds of tokens with answers done: its answers are counted (the failure's event
+    says them), and the policy's words say it failed before serving 300 s, not that it
+    never served."""
+    d = Dispatcher()
+    d.p.answered = 7                    # the last life's answers are not this one's
+    server = _server(tmp_path, d, DispatchSection(stream=True))
+    server.ready.progress_reader.new_life(())
+    rule = HangRule(started_at=0.0)
+    d.p.last_token_at = 1.0
+    rule.observe(server.ready.progress_reader.read(), 1.0, 600.0)
+    d.p.answered = 10
+    d.p.last_token_at = 11.0
+    rule.observe(server.ready.progress_reader.read(), 11.0, 600.0)
+    assert rule.life.answered == 3 and rule.life.span_s == 10.0
+    assert not rule.life.served(300.0)
+    policy = RestartPolicy(1, 10, max_failures=50, window_s=60, max_unserved=5,
+                           served_after_s=300.0)
+    decisions = [policy.record_failure(float(i), served=rule.life.served(300.0))
+                 for i in range(5)]
+    assert decisions[-1].give_up
+    assert decisions[-1].reason == "5 lives in a row failed before 300 s of serving"

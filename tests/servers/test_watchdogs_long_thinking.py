@@ -174,7 +174,10 @@ async def test_a_server_that_hangs_after_every_start_ends_failed_however_slowly(
     failed = [t for t in ts if t.to == "FAILED"]
     assert len(failed) == 1, [t.to for t in ts]
     f = failed[0]
-    assert f.reason.endswith("3 lives in a row failed without serving, waiting for an operator")
+    assert f.reason.endswith("3 lives in a row failed before 30 s of serving, waiting for an operator")
+    # Each life answered before it stuck: the words say it fell short of serving, not that
+    # it never served.
+    assert f.detail["answered"] >= 1
     assert f.detail["exit_kind"] == "stall" and f.detail["unserved_in_row"] == 3
     assert f.detail["failures_in_window"] == 3
     assert [t.to for t in ts].count("READY") == 3

@@ -27,7 +27,9 @@ DIALOGS = {
     "resume": (data.paused_by_quality, ["p"], "resume", a.ResumeRequest()),
     "reset": (data.with_failed_server, ["down"] * 5 + ["f"], "reset", a.ResetRequest("gpu5")),
     "pause": (data.healthy, ["p"], "pause", a.PauseRequest("paused by operator")),
-    "max tokens": (data.healthy, ["m"], "max-tokens", a.MaxTokensRequest(8192, True)),
+    # The requeue is bounded by the count the dialog showed (the snapshot's job.truncated).
+    "max tokens": (data.healthy, ["m"], "max-tokens",
+                   a.MaxTokensRequest(8192, True, requeue_at_most=data.healthy().job.truncated)),
     "max tokens, continue": (data.continuable, ["m"], "max-tokens",
                              a.MaxTokensRequest(8192, continue_truncated=True)),
 }

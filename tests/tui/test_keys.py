@@ -51,7 +51,7 @@ async def test_max_tokens_dialog_sends_value_and_requeue() -> None:
         field.value = "6000"
         await pilot.press("enter")
         call = await until_called(pilot, d, "max-tokens")
-        assert call[1] == a.MaxTokensRequest(6000, requeue_truncated=True)
+        assert call[1] == a.MaxTokensRequest(6000, requeue_truncated=True, requeue_at_most=29_977)
         await pilot.pause(0.05)
         assert any("4,096 → 6,000" in m and "29,977" in m for m in notices(app))
 

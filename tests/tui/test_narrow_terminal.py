@@ -132,6 +132,9 @@ async def test_the_help_fits_80x24_unwrapped_and_tells_the_truth(demo: bool,
             # Each line of the help is on the screen whole: none wrapped, none cut.
             assert line.strip() in shown, line
         assert "…" not in shown
+        # The columns too short to read alone are explained.
+        for column in ("in fl", "sgl run/q", "kv", "stopped"):
+            assert f" {column} " in shown, column
         if demo:
             assert "end the demo" in shown and "keeps running" not in shown
         else:

@@ -119,6 +119,20 @@ def test_folded_loops_and_stalls_read_as_one_sentence() -> None:
         "gpu2 stopped 1 loop in 30s (saved 15.0k tokens), e.g. p1"
 
 
+def test_a_pause_that_names_its_source_is_not_said_twice() -> None:
+    """`PAUSED by operator`, not `PAUSED (operator): paused by operator`; other reasons keep
+    their source in brackets."""
+    from dataclasses import replace
+
+    from supervisor.contract.status import PauseReason
+
+    s = data.healthy()
+    by_operator = replace(s, paused=(PauseReason("operator", "paused by operator"),))
+    assert [a.text for a in alerts(by_operator, LIVE)] == ["PAUSED by operator"]
+    looking = replace(s, paused=(PauseReason("operator", "checking shard 42"),))
+    assert [a.text for a in alerts(looking, LIVE)] == ["PAUSED (operator): checking shard 42"]
+
+
 def test_alerts_name_every_reason_to_look() -> None:
     assert alerts(data.healthy(), LIVE) == ()
     assert alerts(None, LinkState.connecting()) == ()

@@ -15,10 +15,18 @@ from textual.widgets import Static
 ACTIONS = {"restart", "reset", "retune", "max_tokens", "requeue", "requeue_with_loops",
            "pause", "resume", "restart_all"}
 
-NAVIGATION = (
-    ("↑↓ j k", "select a server"),
-    ("enter", "the selected server's log"),
-    ("esc", "close a dialog or the log"),
+NAVIGATION = "↑↓ j k select a server · enter its log · esc close a dialog or the log"
+
+# The columns whose names are short enough to need a word (the servers table's and the job
+# line's). SGLang's figures come from its /metrics, sampled every few seconds and counting
+# requests it is still finishing or aborting: they can disagree with ours, most visibly
+# while dispatch is paused (ours drain, its gauge lags).
+COLUMNS = (
+    ("in fl", "our requests on the wire to the server / its limit"),
+    ("sgl run/q", "SGLang's own running / queued, from its /metrics: seconds"),
+    ("", "behind ours, and it counts requests still being aborted"),
+    ("kv", "SGLang's KV cache in use · rst restarts · up time since READY"),
+    ("stopped", "loops stopped as they ran, before burning max tokens"),
 )
 
 QUIT_LEAVES_DAEMON = "quit; the daemon keeps running"
@@ -62,8 +70,9 @@ class HelpScreen(ModalScreen[None]):
             off = self.readonly and any(a in ACTIONS for a in actions)
             row = f" [b]{keys:<8}[/b] {description}"
             lines.append(f"[dim]{row}[/dim]" if off else row)
+        lines.append(f" {NAVIGATION}")
         lines.append("")
-        lines += [f" [b]{keys:<8}[/b] {what}" for keys, what in NAVIGATION]
+        lines += [f" [b]{name:<9}[/b] {what}" for name, what in COLUMNS]
         lines.append("")
         lines.append(" " + AUDIT_NOTE)
         with Vertical(classes="dialog wide help") as box:

@@ -159,11 +159,16 @@ class MainScreen(Screen[None]):
         if s is None:
             return
 
+        # The count the dialog shows is the count requeued: the same snapshot's figure.
+        shown = s.job.truncated
+
         def chosen(choice: MaxTokensChoice | None) -> None:
             if choice is not None:
                 self.act("max tokens", lambda: self.daemon.set_max_tokens(
                     choice.value, requeue_truncated=choice.requeue_truncated,
-                    continue_truncated=choice.continue_truncated), answer_text.max_tokens)
+                    continue_truncated=choice.continue_truncated,
+                    requeue_at_most=shown if choice.requeue_truncated else None),
+                    answer_text.max_tokens)
 
         self.app.push_screen(self.max_tokens_dialog.prepare(
             s.max_tokens, s.context_length, s.job.truncated, s.continuation), chosen)

@@ -26,8 +26,11 @@ class EventList(Widget):
             what = describe(e)
             line = Text(f" {clock(e.time)} ", style="dim")
             alarming = any(word in what for word in ALARMING)
+            # Who first: it is short, and a long description cut at the edge then loses its
+            # tail (a loop's snippet), not who acted.
+            line.append(who(e), style="cyan" if e.caller else "dim")
+            line.append("  ")
             line.append(one_line(what, 240), style="bold red" if alarming else "")
-            line.append(f"  {who(e)}", style="cyan" if e.caller else "dim")
             line.truncate(max(1, self.size.width), overflow="ellipsis")
             lines.append(line)
         return Text("\n").join(lines)

@@ -28,6 +28,9 @@ class JobProgress(StatusText):
         tail = Text(f" {j.done:,}/{j.total:,} {100 * frac:5.1f}%  ETA ")
         if j.finished:
             tail.append("done", style="bold green")
+        elif s.eta.held:
+            # Nothing is generated: a countdown from the last rate would be false.
+            tail.append(f"on hold ({s.eta.held})", style="bold yellow")
         else:
             tail.append(duration(s.eta.seconds, "?"), style="bold")
             if s.eta.low_s is not None and s.eta.high_s is not None:
@@ -78,6 +81,12 @@ class JobProgress(StatusText):
         # One cell, so the line still fits 100 columns. Yellow under 90%, red under 75%.
         cells = [figure(f"{100 * w.goodput:.1f}%", "goodput", label_first=True,
                         style=goodput_style(w.goodput))]
+        top = max(w.causes, key=lambda c: c.tokens, default=None)
+        if top is not None and top.tokens and w.wasted_tokens:
+            # Goodput falls at once when a requeue throws away the old answers' tokens:
+            # the cause that lost the most says why, beside it.
+            cells.append(figure(f"{top.cause} {100 * top.tokens / w.wasted_tokens:.0f}%",
+                                "lost to", label_first=True))
         if w.continued_tokens:
             # Tokens continuation did not decode again (answers continued from their stored
             # tokens after a raise): not generated, so goodput does not count them.

@@ -52,9 +52,7 @@ class LengthHistogram(Widget):
         if s is None or width < 10 or height < 3:
             return Text("")
         h = s.output_lengths
-        title = Text(f"┃ max tokens {h.max_tokens:,}", style="bold red")
-        title.append(f"  output length of {h.samples:,} recent", style="")
-        title.truncate(width, overflow="ellipsis")
+        title = self._title(h.max_tokens, h.samples, width)
         if not h.samples:
             return title + Text("\n no completions yet", style="dim")
         rows = height - 2
@@ -69,6 +67,22 @@ class LengthHistogram(Widget):
             lines.append(text)
         lines.append(self._axis(width, top, marker, h.max_tokens))
         return Text("\n").join(lines)
+
+    @staticmethod
+    def _title(max_tokens: int, samples: int, width: int) -> Text:
+        """The longest title that fits (half an 80-column screen holds ~38 cells): the
+        limit and what the bars count are both kept, in fewer words."""
+        forms = ((f"max tokens {max_tokens:,}", f"  output length of {samples:,} recent"),
+                 (f"max tokens {max_tokens:,}", f"  lengths of {samples:,} recent"),
+                 (f"max {max_tokens:,}", f"  lengths of {samples:,} recent"),
+                 (f"max {max_tokens:,}", f"  {samples:,} lengths"))
+        for limit, what in forms:
+            if len(limit) + len(what) + 2 <= width:
+                break
+        title = Text(f"┃ {limit}", style="bold red")
+        title.append(what, style="")
+        title.truncate(width, overflow="ellipsis")
+        return title
 
     @staticmethod
     def _axis(width: int, top: int, marker: int, max_tokens: int) -> Text:
