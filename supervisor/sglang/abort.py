@@ -46,6 +46,10 @@ async def abort_request(client: httpx.AsyncClient, base_url: str, rid: str,
         with anyio.fail_after(timeout_s):
             resp = await client.post(base_url + ABORT_PATH,
                                      json={"rid": rid, "abort_all": False}, timeout=timeout_s)
-    except (httpx.HTTPError, TimeoutError) as exc:
+    except (httpx.HTTPError, TimeoutError, OSError, AttributeError) as exc:
+        # AttributeError: a connection the dying server closed while it was being opened
+        # surfaces from the transport as "'NoneType' object has no attribute 'getpeername'"
+        # (seen once in a crash demo, where it escaped and ended the daemon). An abort is
+        # best effort: a server gone that way has nothing left to stop.
         return AbortAnswer(error=f"{type(exc).__name__}: {exc}")
     return AbortAnswer(resp.status_code)
