@@ -122,7 +122,7 @@ async def test_ready_exactly_once_killed_and_stopped_schedulers(tmp_path: Path) 
         seen["crash"] = gpu0.last_exit
         # A SIGSTOPped scheduler answers /health for SGLang's own 20 s: the daemon sees no
         # token from any of its streams and calls it hung.
-        await wait_for(lambda: gpu1.endpoint is not None and
+        await wait_for(lambda: gpu1.ready.endpoint is not None and
                        job.dispatcher.progress("gpu1").in_flight > 0, "gpu1 busy", 120)
         assert gpu1.pid is not None
         # Held while gpu1 hangs and comes back: on a quiet machine gpu0 alone would finish
