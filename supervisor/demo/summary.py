@@ -15,6 +15,7 @@ from typing import Any
 
 from state.records import Event
 from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.status import ServerState
 
 
 @dataclass
@@ -31,8 +32,11 @@ def failures_by_server(events: Iterable[Event], since: float) -> list[ServerFail
     for e in events:
         if e.kind != EventKind.SERVER_STATE or e.time < since:
             continue
-        to = e.detail.get("to")
-        if to not in ("BACKOFF", "FAILED"):
+        try:
+            to = ServerState(str(e.detail.get("to")))
+        except ValueError:
+            continue
+        if to not in (ServerState.BACKOFF, ServerState.FAILED):
             continue
         f = found.setdefault(e.subject, ServerFailures(e.subject))
         f.failures += 1
@@ -40,7 +44,7 @@ def failures_by_server(events: Iterable[Event], since: float) -> list[ServerFail
         # operator": the cause once, the policy's verdict apart.
         cause, _, verdict = str(e.detail.get("reason", "")).rpartition("; ")
         f.cause = cause or verdict
-        if to == "FAILED":
+        if to is ServerState.FAILED:
             f.gave_up = verdict.removesuffix(", waiting for an operator")
     return [found[name] for name in sorted(found)]
 
