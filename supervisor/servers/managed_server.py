@@ -55,7 +55,7 @@ from supervisor.servers.transitions import Transitions
 from supervisor.servers.unit_takeover import WHY as TAKEOVER_WHY
 from supervisor.servers.unit_takeover import take_over
 from supervisor.servers.watchers import Failure, Request, has_exited, watch_exit
-from supervisor.sglang.health import probe
+from supervisor.sglang.health import NO_ANSWER, probe
 
 log = logging.getLogger("supervisor.servers")
 
@@ -307,8 +307,13 @@ class ManagedServer:
                 return Failure(Trigger.STARTUP_TIMEOUT,
                                f"/health_generate not 200 after {s.startup_timeout_s:g} s "
                                f"(last probe: {last})")
-            ok, last = await probe(self.ctx.client, spec.base_url,
-                                   min(s.health_timeout_s, remaining))
+            clipped = remaining < s.health_timeout_s
+            ok, answer = await probe(self.ctx.client, spec.base_url,
+                                     min(s.health_timeout_s, remaining))
+            # A probe cut short by the startup deadline that timed out says nothing about
+            # the server: the answer before it (refused, 503) is what the reason reports.
+            if not (clipped and answer.startswith(NO_ANSWER) and last != "no probe answered yet"):
+                last = answer
             if ok and not await has_exited(proc):
                 # 200 is not enough: it must be our process that answered.
                 if await anyio.to_thread.run_sync(served_by_group, spec.port, proc.pgid,

@@ -333,6 +333,11 @@ class SaturationGuard:
         new = max(target, self.floor, self.limit // 2)
         if new >= self.limit:
             return None
+        if new > target:
+            # Halved at most per cut (or held at the floor): say the limit it got, not only
+            # the target it was going for.
+            bound = "the floor" if new == self.floor else f"half of {self.limit}"
+            how = f"to {new}, {bound} (aimed {how}: a cut at most halves the limit)"
         change = LimitChange(self.limit, new, f"{sign}; lowered {how}")
         self._queue_cut = not (collapse or pool_full or running is None)
         if collapse and self._collapse_ref is None:

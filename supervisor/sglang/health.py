@@ -23,6 +23,7 @@ import httpx
 
 HEALTH_PATH = "/health_generate"
 NOT_LISTENING = "not accepting connections"
+NO_ANSWER = "no answer within"
 
 
 async def probe(client: httpx.AsyncClient, base_url: str, timeout_s: float) -> tuple[bool, str]:
@@ -30,7 +31,7 @@ async def probe(client: httpx.AsyncClient, base_url: str, timeout_s: float) -> t
     try:
         resp = await client.get(base_url + HEALTH_PATH, timeout=timeout_s)
     except httpx.TimeoutException:
-        return False, f"no answer within {timeout_s:g} s"
+        return False, f"{NO_ANSWER} {timeout_s:g} s"
     except httpx.ConnectError as exc:
         return False, f"{NOT_LISTENING} ({exc})" if str(exc) else NOT_LISTENING
     except httpx.HTTPError as exc:

@@ -36,7 +36,7 @@ from tests.fixtures.real_job import (
     wait_for,
 )
 from tests.fixtures.real_sglang import (
-    CPU_FLAGS,
+    CPU_FLAG_VALUES,
     one_real_job_at_a_time,
     sglang_cpu_dir,
     whole_jobs_skipped,
@@ -50,10 +50,6 @@ if WHY_NOT is not None:
     pytestmark.append(pytest.mark.skip(reason=f"real SGLang tier: {WHY_NOT}"))
 
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}     # without it SGLang takes the CUDA path
-
-
-def _flag_pairs(flags: tuple[str, ...]) -> dict[str, Any]:
-    return {flags[i].lstrip("-"): flags[i + 1] for i in range(0, len(flags), 2)}
 
 
 def real_config(directory: Path, *, prompts: int, max_tokens: int = 48,
@@ -75,7 +71,7 @@ def real_config(directory: Path, *, prompts: int, max_tokens: int = 48,
             "startup_timeout_s": 900.0, "health_interval_s": 2.0, "health_timeout_s": 25.0,
             "backoff_initial_s": 0.5, "backoff_max_s": 2.0, "stop_grace_s": 10.0,
             **servers,
-            "flags": {**_flag_pairs(CPU_FLAGS), "max-total-tokens": 4096,
+            "flags": {**CPU_FLAG_VALUES, "max-total-tokens": 4096,
                       "context-length": 2048, "max-running-requests": 8,
                       "enable-metrics": True, **(flags or {})},
         },

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.fixtures.real_sglang import (
-    CPU_FLAGS,
+    CPU_FLAG_VALUES,
     one_real_job_at_a_time,
     sglang_cpu_dir,
     whole_jobs_skipped,
@@ -42,7 +42,7 @@ def test_the_gpu_scenario_runs_on_the_cpu_server(tmp_path: Path,
     servers["command"] = [str(base / "venv" / "bin" / "python"), str(SHARED_GPU), "launch",
                           "-m", "sglang.launch_server"]
     flags = {k: v for k, v in servers["flags"].items() if k not in CUDA_ONLY}
-    flags.update({CPU_FLAGS[i].lstrip("-"): CPU_FLAGS[i + 1] for i in range(0, len(CPU_FLAGS), 2)})
+    flags.update(CPU_FLAG_VALUES)
     flags["max-total-tokens"] = 4096          # the CPU build's pool, in tokens
     servers["flags"] = flags
     # A loaded 2-core machine: SGLang's start takes minutes, a decode step a while.

@@ -42,7 +42,9 @@ PYTHON = SGLCPU / "venv" / "bin" / "python"
 MODEL = SGLCPU / "tiny"
 # What sglang-cpu's header says a launcher needs on a CPU-only machine.
 CPU_FLAGS: dict[str, Any] = {"device": "cpu", "attention-backend": "torch_native",
-                             "sampling-backend": "pytorch", "mem-fraction-static": 0.1}
+                             "sampling-backend": "pytorch", "mem-fraction-static": 0.1,
+                             # an idle scheduler spins a core otherwise (real_sglang.py)
+                             "sleep-on-idle": True}
 CPU_ENV = {"SGLANG_USE_CPU_ENGINE": "1"}
 
 STARTUP_S = 600          # ~20 s alone; minutes on two cores shared with other test runs
@@ -216,7 +218,9 @@ async def test_the_guard_settles_at_what_sglang_runs_on_a_loaded_server(
         # retractions once the pool really filled (700-token answers outgrow 4096 tokens).
         assert "collapsed" not in m["reason"], moves_text
         assert (f"to the {m['to']} SGLang runs" in m["reason"] or "retracting" in m["reason"]
-                or "KV pool full" in m["reason"]), moves_text
+                or "KV pool full" in m["reason"]
+                # a cut at most halves: 12 -> 6 while SGLang ran 5 with room
+                or f"to {m['to']}, half of {m['from']}" in m["reason"]), moves_text
     queue_cuts = [m for m in downs if "queue" in m["reason"]]
     # No spiral: one cut answers a queue; another only after the first has drained.
     assert len(queue_cuts) <= 2, moves_text

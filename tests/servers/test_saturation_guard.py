@@ -377,3 +377,16 @@ def test_a_collapse_judged_while_draining_waits_for_the_drain():
 def test_bad_policy_values_are_refused_in_one_line(kwargs, message):
     with pytest.raises(ValueError, match=message):
         GuardPolicy(**kwargs)
+
+
+def test_a_cut_held_at_half_says_the_limit_it_set():
+    """CI's real CPU server: 12 allowed, SGLang ran 5 with 7 of ours waiting and its pool
+    17% full. A cut at most halves the limit, so it went to 6, and its words say 6 and why,
+    not "to the 5 SGLang runs" beside a limit of 6."""
+    g = SaturationGuard(12, POLICY)
+    held = [poll(float(k), over=True, running=5, queued=7, in_flight=12, usage=0.17)
+            for k in range(12)]
+    changes = run(g, held)
+    assert [(c.old, c.new) for c in changes] == [(12, 6)]
+    assert "to 6, half of 12" in changes[0].reason
+    assert "aimed to the 5 SGLang runs" in changes[0].reason

@@ -42,7 +42,7 @@ def sglang_cpu(tmp_path: Path):
     proc = subprocess.Popen(
         [str(PYTHON), "-m", "sglang.launch_server", "--model-path", str(MODEL),
          "--device", "cpu", "--attention-backend", "torch_native",
-         "--sampling-backend", "pytorch", "--mem-fraction-static", "0.1",
+         "--sampling-backend", "pytorch", "--mem-fraction-static", "0.1", "--sleep-on-idle",
          "--max-total-tokens", "4096", "--max-running-requests", "1", "--enable-metrics",
          "--host", "127.0.0.1", "--port", str(port)],
         env={**os.environ, "SGLANG_USE_CPU_ENGINE": "1"}, stdout=log,
