@@ -67,6 +67,12 @@ from supervisor.contract.actions import (
 )
 from supervisor.contract.codec import ContractError, from_plain, to_plain
 from supervisor.contract.status import Status
+from supervisor.contract.tuning import (
+    TuneStartRequest,
+    TuneStartResult,
+    TuneStopRequest,
+    TuneStopResult,
+)
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")
@@ -186,7 +192,12 @@ RETUNE = Endpoint("retune", "POST", "/v1/retune", RetuneRequest, RetuneResult,
                   (400, 404, 409, 422, 503), ok=202)
 RESET = Endpoint("reset", "POST", "/v1/servers/{server}/reset", ResetRequest, ResetResult,
                  (404, 409, 503))
+# The tuner (issue 39, contract/tuning.py): 202, the search goes on in the daemon.
+TUNE_START = Endpoint("tune-start", "POST", "/v1/tune/start", TuneStartRequest,
+                      TuneStartResult, (400, 404, 409, 422, 503), ok=202)
+TUNE_STOP = Endpoint("tune-stop", "POST", "/v1/tune/stop", TuneStopRequest, TuneStopResult,
+                     (409, 503))
 
 ENDPOINTS: tuple[Endpoint[Any, Any], ...] = (
     STATUS, LOG, MAX_TOKENS, REQUEUE_TRUNCATED, REQUEUE_FAILED, PAUSE, RESUME, RESTART,
-    RETUNE, RESET)
+    RETUNE, RESET, TUNE_START, TUNE_STOP)

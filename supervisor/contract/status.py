@@ -31,6 +31,7 @@ from supervisor.contract.server_status import (
     ServerStatus,
     flag_value,
 )
+from supervisor.contract.tuning import Tuning
 
 # What moved to server_status.py stays importable from here (clients read `c.ServerState`).
 __all__ = ["SCHEMA_VERSION", "Continuation", "ContractError", "Energy", "Flag", "FlagScalar",
@@ -290,6 +291,7 @@ class Status(Record):
     waste: Waste | None = None      # None: a daemon from before the waste ledger
     continuation: Continuation | None = None   # None: a daemon that cannot continue answers
     job_name: str | None = None     # the `job` label of /metrics (control.metrics_job)
+    tuning: Tuning | None = None    # None: a daemon without the tuner (contract/tuning.py)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> Status:
