@@ -26,7 +26,7 @@ from supervisor.sglang.metrics import parse_sglang_metrics
 from tests.fixtures.ports import free_port
 
 # Loading SGLang takes ~20 s on an idle machine, minutes on a busy one.
-pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(400)]
+pytestmark = [pytest.mark.slow, pytest.mark.real_sglang, pytest.mark.timeout(900)]
 
 BASE = Path(os.environ.get("SGLCPU_DIR", "/var/tmp/sglang-cpu"))
 PYTHON = BASE / "venv" / "bin" / "python"
@@ -78,7 +78,9 @@ def _body(tokens: int, stream: bool) -> dict:
 
 async def test_real_sglang_token_counter_and_queued_stream_headers(sglang_cpu: str) -> None:
     base = sglang_cpu
-    async with httpx.AsyncClient(trust_env=False, timeout=120) as client:
+    # "b" gets nothing until "a" has finished: a read timeout above a loaded machine's
+    # decode of "a" (the CPU server writes ~150 tok/s alone, a tenth of that when starved).
+    async with httpx.AsyncClient(trust_env=False, timeout=300) as client:
         async def scrape():
             return parse_sglang_metrics((await client.get(base + "/metrics")).text)
 
@@ -102,7 +104,7 @@ async def test_real_sglang_token_counter_and_queued_stream_headers(sglang_cpu: s
         async with anyio.create_task_group() as tg:
             # One running at a time (--max-running-requests 1): "b" waits in the queue
             # while "a" decodes.
-            tg.start_soon(stream, "a", 1500)
+            tg.start_soon(stream, "a", 800)   # ~5 s alone: outlasts the first scrapes
             await anyio.sleep(0.5)
             tg.start_soon(stream, "b", 8)
             for _ in range(6):
