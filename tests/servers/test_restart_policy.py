@@ -4,7 +4,6 @@ import random
 
 from supervisor.servers.restart_policy import LifeEnd, RestartPolicy
 
-
 LONG = LifeEnd(answered=100, served=True)   # hours of serving, then a failure
 
 

@@ -157,13 +157,18 @@ async def test_a_server_that_hangs_after_every_start_ends_failed_however_slowly(
         await wait_fleet(job)
         assert job.dispatcher is not None
         held = False
-        # gpu1 gets work at every life; should gpu0 come near the end first, hold dispatch
-        # so the job cannot finish before gpu1 has failed.
+        # Dispatch runs only while gpu1 is READY: gpu1 gets work at every life, and gpu0
+        # cannot finish the job while gpu1 restarts (on a loaded machine gpu1's restarts
+        # are slow; a hold that also paused a READY gpu1 left it no work to hang on).
         with anyio.fail_after(150):
             while state_of(job, "gpu1") is not S.FAILED:
-                status = job.last_status
-                if not held and status is not None and status.remaining < 12:
-                    await job.dispatcher.pause(PauseSource.OPERATOR, "until gpu1 has failed", "test")
+                ready = state_of(job, "gpu1") is S.READY
+                if held and ready:
+                    await job.dispatcher.resume(PauseSource.OPERATOR, "test")
+                    held = False
+                elif not held and not ready:
+                    await job.dispatcher.pause(PauseSource.OPERATOR, "while gpu1 restarts",
+                                               "test")
                     held = True
                 await anyio.sleep(0.05)
         if held:
