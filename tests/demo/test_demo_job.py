@@ -154,3 +154,13 @@ def test_a_crash_loop_is_said_once_per_server_and_counted_as_the_audit_counts(tm
     assert run.stdout.count("SimulatedCrash") == 1, run.stdout
     assert run.stdout.splitlines()[-1].endswith("run the same command again to resume "
                                                 "(nothing is redone)")
+    # Each life answered before its crash: FAILED by the failure window, in words that say
+    # what those lives answered, never "before answering".
+    failed = [json.loads(d) for (d,) in query(
+        d, "select detail from events where kind = 'server_state' "
+           "and json_extract(detail, '$.to') = 'FAILED'")]
+    assert len(failed) == 3, failed
+    for f in failed:
+        assert f["answered_in_window"] > 0 and f["unserved_in_row"] == 0, f
+        assert (f"{f['failures_in_window']} failures within 120 s (those lives answered "
+                f"{f['answered_in_window']})") in f["reason"], f["reason"]
