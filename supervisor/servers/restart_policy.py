@@ -9,7 +9,7 @@ Three rules give up, each said in its own words (the FAILED reason and the event
 rule that fired and what the lives in it answered):
 
 - the window: more than `max_failures` failures within `failure_window_s`, whatever the
-  lives answered: "6 failures within 120 s (those lives answered 40)". A server that answers
+  lives answered: "6 failures within 120 s, answering 40 between them". A server that answers
   for ten seconds and crashes, again and again, ends here.
 - unanswered: `max_unserved_failures` lives in a row that failed before completing an
   answer: "5 lives in a row failed before answering". A life that completed an answer served
@@ -17,7 +17,7 @@ rule that fired and what the lives in it answered):
   `hang_timeout_s` (10 min) after each start, so five never fit in half an hour.
 - brief: `max_brief_failures` lives in a row that each failed before `served_after_s` of
   token progress (hang_rule.py LifeProgress), whatever they answered: "10 lives in a row
-  each failed within 300 s of serving (they answered 12)". A scheduler that sticks once its
+  each failed within 300 s of serving, answering 12 in all". A scheduler that sticks once its
   first answers are out answers a little at every life, and its hangs are slow to see; this
   count ends that loop. A life that served that long starts it again.
 """
@@ -120,13 +120,13 @@ class RestartPolicy:
 
         # The config's rule: *more than* max_failures within the window gives up.
         if n > self.max_failures:
-            return decided(f"{n} failures within {self.window_s:g} s "
-                           f"(those lives answered {answered})")
+            return decided(f"{n} failures within {self.window_s:g} s, "
+                           f"answering {answered} between them")
         if self.max_unserved and k >= self.max_unserved:
             return decided(f"{k} lives in a row failed before answering")
         if self.max_brief and b >= self.max_brief:
             return decided(f"{b} lives in a row each failed within {self.served_after_s:g} s "
-                           f"of serving (they answered {self._answered_in_row})")
+                           f"of serving, answering {self._answered_in_row} in all")
         # A slow loop still backs off more each time: by whichever count is highest.
         return decided()
 

@@ -80,7 +80,7 @@ def test_answering_for_ten_seconds_then_crashing_ends_failed_by_the_window() -> 
         now += d.delay_s
     assert [d.give_up for d in decisions] == [False] * 5 + [True]
     last = decisions[-1]
-    assert last.reason == "6 failures within 120 s (those lives answered 48)"
+    assert last.reason == "6 failures within 120 s, answering 48 between them"
     assert (last.unserved_in_row, last.brief_in_row, last.answered_in_window) == (0, 6, 48)
 
 
@@ -93,8 +93,8 @@ def test_lives_that_answer_a_little_and_fail_slowly_end_failed_as_brief_lives() 
     decisions = [p.record_failure(700.0 * i, LifeEnd(answered=2)) for i in range(1, 5)]
     assert [d.give_up for d in decisions] == [False, False, False, True]
     assert decisions[-1].unserved_in_row == 0 and decisions[-1].brief_in_row == 4
-    assert decisions[-1].reason == ("4 lives in a row each failed within 300 s of serving "
-                                    "(they answered 8)")
+    assert decisions[-1].reason == ("4 lives in a row each failed within 300 s of serving, "
+                                    "answering 8 in all")
     # A life that served long between them starts the count, and its answers, again.
     p.reset()
     p.record_failure(0.0, LifeEnd(answered=5))

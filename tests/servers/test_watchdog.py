@@ -204,5 +204,5 @@ async def test_a_life_counts_its_answers_and_its_words_say_how_long_it_served(
     end = LifeEnd(rule.life.answered, rule.life.served(300.0))
     decisions = [policy.record_failure(float(i), end) for i in range(5)]
     assert decisions[-1].give_up and decisions[-1].unserved_in_row == 0
-    assert decisions[-1].reason == ("5 lives in a row each failed within 300 s of serving "
-                                    "(they answered 15)")
+    assert decisions[-1].reason == ("5 lives in a row each failed within 300 s of serving, "
+                                    "answering 15 in all")
