@@ -72,9 +72,10 @@ def validate(cfg: JobConfig) -> None:
                  "stop_grace_s", "drain_timeout_s", "backoff_initial_s", "backoff_max_s",
                  "failure_window_s", "served_after_s"):
         positive(f"servers.{name}", getattr(s, name))
-    if s.max_unserved_failures < 0:
-        raise ConfigError(f"servers.max_unserved_failures: must be >= 0 (0 = never), "
-                          f"got {s.max_unserved_failures}")
+    for name in ("max_unserved_failures", "max_brief_failures"):
+        if getattr(s, name) < 0:
+            raise ConfigError(f"servers.{name}: must be >= 0 (0 = never), "
+                              f"got {getattr(s, name)}")
     positive("servers.health_failures", s.health_failures)
     if s.launcher not in ("auto", "process", "systemd"):
         raise ConfigError(f"servers.launcher: must be \"auto\", \"process\" or \"systemd\", "

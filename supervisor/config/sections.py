@@ -163,11 +163,15 @@ class ServersSection:
     max_failures: int = key(5, "more failures than this within `failure_window_s`: FAILED until "
                             "an operator resets it")
     failure_window_s: float = key(1800.0, "the window `max_failures` counts in")
-    max_unserved_failures: int = key(5, "... or this many lives in a row ended in failure without "
-                                     "serving: FAILED (0: never); a hang seen only after "
-                                     "`hang_timeout_s` never fills the window above")
-    served_after_s: float = key(300.0, "a life served when its token progress lasted this long "
-                                "(it starts the unserved count again)")
+    max_unserved_failures: int = key(5, "... or this many lives in a row failed before "
+                                     "completing an answer: FAILED (0: never); a hang seen "
+                                     "only after `hang_timeout_s` never fills the window above")
+    max_brief_failures: int = key(10, "... or this many lives in a row each failed within "
+                                  "`served_after_s` of serving, whatever they answered: "
+                                  "FAILED (0: never); a server that answers a little and then "
+                                  "hangs at every start")
+    served_after_s: float = key(300.0, "a life served long when its token progress lasted this "
+                                "long (it starts the brief-lives count again)")
     launcher: str = key("auto", "who runs the server processes: `process` (the daemon's own "
                         "children, each in a session of its own), `systemd` (a "
                         "`dflash-sglang@` unit per server, so a daemon restart leaves them "

@@ -102,12 +102,17 @@ class ServerStatus(Record):
     # Streamed requests silent while the server streams for others: waiting in SGLang's
     # queue (KV budget) or retracted, not stalled; aborted only past dispatch.wait_s.
     waiting: int = 0
-    # Lives in a row that ended in failure without serving (servers.max_unserved_failures
+    # Lives in a row that failed before completing an answer (servers.max_unserved_failures
     # of them: FAILED).
     unserved_in_row: int = 0
     # Where the server is not the daemon's own (servers.attach): its URL. The daemon
     # supervises and feeds it but never starts, restarts or stops it.
     attached_url: str | None = None
+    # The age of the sglang_* figures above at the snapshot's time (None: no good scrape
+    # this life), and how often they are scraped: a slow or stuck scrape leaves the last
+    # sample in place, so a client shows figures older than about two intervals as stale.
+    sglang_age_s: float | None = None
+    sglang_interval_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -52,14 +52,17 @@ def _server(s: ServerSnapshot, now: float, rates: Mapping[str, Any],
         flags=server_flags, argv=tuple(s.argv),
         tokens_per_joule=next((e.tokens_per_joule for e in (energy.servers if energy else ())
                                if e.server == s.name), None),
-        **_sglang(s.sglang), inflight_limit=s.inflight_limit,
+        **_sglang(s.sglang, now), inflight_limit=s.inflight_limit,
         inflight_limit_reason=s.inflight_limit_reason, waiting=s.waiting,
         unserved_in_row=s.unserved_in_row, attached_url=s.attached_url)
 
 
-def _sglang(v: SglangView) -> dict[str, Any]:
-    """The contract's sglang_* fields from the server's view of its own /metrics."""
+def _sglang(v: SglangView, now: float) -> dict[str, Any]:
+    """The contract's sglang_* fields from the server's view of its own /metrics, with the
+    sample's age at `now` (the snapshot's time, on the clock that stamped the scrape)."""
     return dict(
+        sglang_age_s=None if v.scraped_at is None else max(0.0, now - v.scraped_at),
+        sglang_interval_s=v.interval_s,
         sglang_metrics=v.polled, sglang_running=v.running, sglang_queued=v.queued,
         token_usage=v.token_usage,
         retractions=None if v.retractions_total is None else int(v.retractions_total),

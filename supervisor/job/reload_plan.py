@@ -40,7 +40,8 @@ LIVE = frozenset({
 SERVER_TIMINGS = frozenset({
     "startup_timeout_s", "health_interval_s", "health_timeout_s", "health_failures",
     "hang_timeout_s", "stop_grace_s", "drain_timeout_s", "backoff_initial_s", "backoff_max_s",
-    "max_failures", "failure_window_s", "max_unserved_failures", "served_after_s",
+    "max_failures", "failure_window_s", "max_unserved_failures", "max_brief_failures",
+    "served_after_s",
 })
 ROLLING_PREFIXES = ("servers.flags.",)
 ROLLING = frozenset({"dispatch.max_in_flight_per_server"})

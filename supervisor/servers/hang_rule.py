@@ -43,16 +43,16 @@ class ProgressReading:
 @dataclass
 class LifeProgress:
     """The span of one READY life's progress, and the answers it completed (said in the
-    failure's event): a life that failed after serving is not part of a failure loop
-    (restart_policy.py)."""
+    failure's event): a life that answered is not part of the unanswered count, one that
+    served long not part of the brief-lives count (restart_policy.py)."""
     first_at: float | None = None
     last_at: float | None = None
     answered: int = 0
 
     def served(self, served_after_s: float) -> bool:
-        """Its token progress lasted `served_after_s`. Answers alone are not enough: a
-        scheduler that sticks once its first answers are out would then restart forever;
-        the policy's words say "before N s of serving", which such a life did not reach."""
+        """Its token progress lasted `served_after_s`: the brief-lives count starts again.
+        Answers are counted apart (a scheduler that sticks once its first answers are out
+        answers at every life, and only this span shows the loop)."""
         return self.span_s >= served_after_s
 
     def saw(self, at: float) -> None:

@@ -48,7 +48,7 @@ from supervisor.servers.left_in_flight import abort_left
 from supervisor.servers.port_owner import PortHolder, foreign_listener, port_holder, served_by_group
 from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.ready_life import LifeEnds, ReadyLife
-from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.restart_policy import LifeEnd, RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ALLOWED_TRANSITIONS, ServerSnapshot, ServerState
 from supervisor.servers.transitions import Transitions
@@ -383,10 +383,13 @@ class ManagedServer:
                                       "for an operator", **detail)
             return
         life = self.ready.life_progress
-        served = life is not None and life.served(self.servers.served_after_s)
-        decision = self.policy.record_failure(self.ctx.monotonic(), served=served)
+        end = None if life is None else LifeEnd(life.answered,
+                                                life.served(self.servers.served_after_s))
+        decision = self.policy.record_failure(self.ctx.monotonic(), end)
         detail["failures_in_window"] = decision.failures_in_window
+        detail["answered_in_window"] = decision.answered_in_window
         detail["unserved_in_row"] = decision.unserved_in_row
+        detail["brief_in_row"] = decision.brief_in_row
         detail["served_s"] = round(life.span_s, 1) if life is not None else 0.0
         detail["answered"] = life.answered if life is not None else 0
         if decision.give_up:

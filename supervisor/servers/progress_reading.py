@@ -43,6 +43,10 @@ class ProgressReader:
         if not self._dispatch().stream and not metrics_enabled(argv):
             self.read()
 
+    def answered(self) -> int:
+        """Answers recorded done in this READY life so far."""
+        return int(self._progress().answered) - self._answered_before
+
     def tokens_at(self) -> float | None:
         """When SGLang's decode-token counter last moved (monotonic), where it has one."""
         m = self._monitor
@@ -69,7 +73,7 @@ class ProgressReader:
                                token_signal=streams or counter, completed=int(p.completed),
                                hung=p.hung, derived_timeout_s=derived,
                                derived_from=how,
-                               answered=int(p.answered) - self._answered_before)
+                               answered=self.answered())
 
     def _derived_timeout(self, p: ServerProgressView) -> tuple[float, str]:
         """The longest answer we ask for at the measured per-stream speed, x HANG_MARGIN;

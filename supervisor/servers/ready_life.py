@@ -188,6 +188,10 @@ class ReadyLife:
                 # when its serve() is cancelled.
                 serve_scope.cancel()
         finally:
+            # The watchers read the answers only at their ticks: one recorded after the last
+            # tick (a hang decided by the dispatcher, an exit) still makes this life one that
+            # answered (restart_policy.py).
+            rule.life.answered = max(rule.life.answered, self.progress_reader.answered())
             self.endpoint = None
             with anyio.CancelScope(shield=True):
                 await self.sglang.end_life()

@@ -85,7 +85,7 @@ class ServerSnapshot:
     # Streamed requests silent while the server streams for others (queued or retracted
     # by SGLang): waiting, not stalled (dispatch/stream_deadlines.py).
     waiting: int = 0
-    # Lives in a row that ended in failure without serving (restart_policy.py).
+    # Lives in a row that failed before completing an answer (restart_policy.py).
     unserved_in_row: int = 0
     # An attached server's URL (servers.attach); None for the daemon's own.
     attached_url: str | None = None

@@ -73,12 +73,17 @@ class SglangMonitor:
         self.token_counter: str | None = None
         self.tokens_moved_at: float | None = None
         self._tokens: float | None = None
+        self._interval_s: float | None = None   # the running watch's, for the view
 
     async def watch(self, client: httpx.AsyncClient, base_url: str, argv: Sequence[str],
                     interval_s: float, in_flight: Callable[[], int],
                     timeout_s: float = SCRAPE_TIMEOUT_S) -> None:
         """Until cancelled (the life's end)."""
         timeout_s = min(timeout_s, max(interval_s, 0.5))
+        # A client judges a sample's age against this: a healthy poll comes every interval
+        # plus milliseconds; a scrape slow to answer (up to timeout_s) leaves the last
+        # sample in place, and it ages.
+        self._interval_s = interval_s
         enabled = metrics_enabled(argv)
         try:
             while True:
@@ -104,7 +109,8 @@ class SglangMonitor:
         if m is None:
             self.view = replace(self.view, polled=True, running=None, queued=None,
                                 token_usage=None, retractions_per_min=None,
-                                gen_throughput=None, error=result.error)
+                                gen_throughput=None, error=result.error,
+                                interval_s=self._interval_s)
             return
         rate = None
         if m.retractions_total is not None:
@@ -120,7 +126,7 @@ class SglangMonitor:
             polled=True, running=m.running, queued=m.queued, token_usage=m.token_usage,
             retractions_total=m.retractions_total, retractions_per_min=rate,
             gen_throughput=m.gen_throughput, error=None,
-            scraped_at=self._clock() if self._clock else None,
+            scraped_at=self._clock() if self._clock else None, interval_s=self._interval_s,
             overcommitted=self._detector.overcommitted,
             overcommit_reason=self._detector.reason,
             retracting=self._detector.retracting)

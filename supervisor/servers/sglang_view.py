@@ -20,6 +20,7 @@ class SglangView:
     gen_throughput: float | None = None
     error: str | None = None                   # why the last scrape gave nothing
     scraped_at: float | None = None            # unix seconds of the last good scrape
+    interval_s: float | None = None            # how often it is scraped (None: not polled)
     overcommitted: bool = False
     overcommit_reason: str | None = None
     retracting: bool = False                   # the over-commit sign at the last poll was

@@ -179,6 +179,11 @@ async def scrape(client: httpx.AsyncClient, base_url: str, timeout_s: float) -> 
     except httpx.HTTPError as exc:
         return Scrape(None, f"/metrics: {type(exc).__name__}: {exc}" if str(exc)
                       else f"/metrics: {type(exc).__name__}")
+    except AttributeError as exc:
+        # A server that dies while the connection opens: httpcore on anyio asks the closed
+        # socket (None by then) for its peer name and raises this, not a ConnectError
+        # (seen in the crash drill). The server is gone, as with a refused connection.
+        return Scrape(None, f"/metrics: the connection closed as it opened ({exc})")
     if resp.status_code != 200:
         return Scrape(None, f"/metrics: HTTP {resp.status_code}")
     try:

@@ -154,3 +154,16 @@ def test_a_crash_loop_is_said_once_per_server_and_counted_as_the_audit_counts(tm
     assert run.stdout.count("SimulatedCrash") == 1, run.stdout
     assert run.stdout.splitlines()[-1].endswith("run the same command again to resume "
                                                 "(nothing is redone)")
+    # Lives that answer, then crash: FAILED by the failure window, in words that say what
+    # those lives answered (the figures of its event); "before answering" only where the
+    # lives in a row did not (a loaded machine can crash a life before its first answer).
+    failed = [json.loads(d) for (d,) in query(
+        d, "select detail from events where kind = 'server_state' "
+           "and json_extract(detail, '$.to') = 'FAILED'")]
+    assert len(failed) == 3, failed
+    for f in failed:
+        window = (f"{f['failures_in_window']} failures within 120 s, answering "
+                  f"{f['answered_in_window']} between them, waiting")
+        unanswered = f"{f['unserved_in_row']} lives in a row failed before answering, waiting"
+        assert window in f["reason"] or (unanswered in f["reason"] and f["answered"] == 0), f
+    assert any(f["answered_in_window"] > 0 for f in failed), failed

@@ -43,8 +43,8 @@ def test_the_summary_says_each_cause_once_and_no_resume_after_a_finished_job(
         tmp_path: Path) -> None:
     """A finished job gets no resume advice; an unfinished one does; a shared cause is said once."""
     events = [state_event(i, 10.0 + i, f"gpu{i % 3}", "FAILED" if i >= 12 else "BACKOFF",
-                          f"{CAUSE}; " + ("5 lives in a row failed before 300 s of serving,"
-                                          " waiting for an operator" if i >= 12
+                          f"{CAUSE}; " + ("6 failures within 120 s, answering 40"
+                                          " between them, waiting for an operator" if i >= 12
                                           else "restarting in 1 s"))
               for i in range(15)]
     failures = failures_by_server(events, since=0.0)

@@ -158,7 +158,10 @@ async def test_a_restart_request_drains_the_life_and_every_answer_is_kept(
     assert (ready["pid"], ready["max_running"], ready["slots_from"]) == (
         sim.proc.pid, SLOTS, "server")
     assert life.transitions.reason == "a drain test by tester"
+    # Every answer of the life counts, those finished while it drained too (after the
+    # watchers' last look): a life that answered is never said to have failed before it.
     assert life.ready.life_progress is not None
+    assert life.ready.life_progress.answered == counts.done
 
 
 async def test_a_server_gone_mid_life_ends_it_at_once_and_its_requests_go_back(

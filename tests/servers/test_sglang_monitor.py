@@ -1,6 +1,7 @@
 """Watching a server's SGLang metrics: the view the status shows, the retraction rate per poll
-interval, the over-commit flag said once on and once off, and the polling rule (only with
---enable-metrics, or when a first scrape finds metrics) on a real simulated server."""
+interval, the over-commit flag said once on and once off, the polling rule (only with
+--enable-metrics, or when a first scrape finds metrics) and each sample's time on a real
+simulated server."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import anyio
 import httpx
 import pytest
 
+from supervisor.job.contract_status import _sglang
 from supervisor.servers.overcommit import OvercommitPolicy
 from supervisor.servers.sglang_monitor import BLIND, EVENT_KIND, SglangMonitor
 from supervisor.servers.sglang_view import SglangView
@@ -293,3 +295,28 @@ async def test_queueing_is_a_queue_a_retraction_or_the_flag() -> None:
     assert not mon.queueing
     await mon.take(tokens(2.0, queued=3), 2.0, 4)
     assert mon.queueing
+
+
+async def test_each_good_scrape_stamps_the_sample_and_the_status_says_its_age(
+        sim_server: Callable[..., Any]) -> None:
+    """A simulated server with metrics: each good scrape stamps the view with the daemon's
+    clock and the poll interval; the status contract's age is the snapshot's time less that
+    stamp, so a sample left in place by a late scrape shows its age."""
+    sim = sim_server("--enable-metrics")
+    clock = [1000.0]
+    mon = SglangMonitor("gpu0", POLICY, clock=lambda: clock[0])
+    argv = ["python", "-m", "sglang.launch_server", "--enable-metrics"]
+    returned = await _watch_until(mon, sim.base_url, argv, lambda: 0,
+                                  lambda: mon.view.scraped_at is not None, "a scrape")
+    assert not returned
+    v = mon.view
+    assert (v.scraped_at, v.interval_s, v.error) == (1000.0, 0.05, None)
+    fields = _sglang(v, 1000.5)
+    assert (fields["sglang_age_s"], fields["sglang_interval_s"]) == (0.5, 0.05)
+    # No scrape since (the watcher has stopped, as a stuck one would): the sample ages.
+    assert _sglang(mon.view, 1012.0)["sglang_age_s"] == 12.0
+    # A failed scrape clears the figures and keeps the last good sample's time.
+    await mon.take(Scrape(None, error="/metrics: no answer within 5 s"), 2.0, 0)
+    assert mon.view.running is None and mon.view.scraped_at == 1000.0
+    await mon.end_life()
+    assert _sglang(mon.view, 1012.0)["sglang_age_s"] is None

@@ -19,7 +19,7 @@ from supervisor.servers.fleet_context import FleetContext
 from supervisor.servers.hang_rule import HangRule, ProgressReading
 from supervisor.servers.managed_server import ManagedServer
 from supervisor.servers.process_launcher import ProcessLauncher
-from supervisor.servers.restart_policy import RestartPolicy
+from supervisor.servers.restart_policy import LifeEnd, RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.watchers import Decision, watch_progress
 
@@ -185,8 +185,8 @@ async def test_a_reloaded_hang_timeout_applies_within_the_same_life() -> None:
 async def test_a_life_counts_its_answers_and_its_words_say_how_long_it_served(
         tmp_path: Path) -> None:
     """Ten seconds of tokens with answers done: its answers are counted (the failure's event
-    says them), and the policy's words say it failed before serving 300 s, not that it
-    never served."""
+    says them); such lives served, so they never fill the unanswered count, and the
+    brief-lives count says they served under 300 s and what they answered."""
     d = Dispatcher()
     d.p.answered = 7                    # the last life's answers are not this one's
     server = _server(tmp_path, d, DispatchSection(stream=True))
@@ -200,8 +200,9 @@ async def test_a_life_counts_its_answers_and_its_words_say_how_long_it_served(
     assert rule.life.answered == 3 and rule.life.span_s == 10.0
     assert not rule.life.served(300.0)
     policy = RestartPolicy(1, 10, max_failures=50, window_s=60, max_unserved=5,
-                           served_after_s=300.0)
-    decisions = [policy.record_failure(float(i), served=rule.life.served(300.0))
-                 for i in range(5)]
-    assert decisions[-1].give_up
-    assert decisions[-1].reason == "5 lives in a row failed before 300 s of serving"
+                           served_after_s=300.0, max_brief=5)
+    end = LifeEnd(rule.life.answered, rule.life.served(300.0))
+    decisions = [policy.record_failure(float(i), end) for i in range(5)]
+    assert decisions[-1].give_up and decisions[-1].unserved_in_row == 0
+    assert decisions[-1].reason == ("5 lives in a row each failed within 300 s of serving, "
+                                    "answering 15 in all")

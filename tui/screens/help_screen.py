@@ -19,12 +19,13 @@ NAVIGATION = "↑↓ j k select a server · enter its log · esc close a dialog 
 
 # The columns whose names are short enough to need a word (the servers table's and the job
 # line's). SGLang's figures come from its /metrics, sampled every few seconds and counting
-# requests it is still finishing or aborting: they can disagree with ours, most visibly
-# while dispatch is paused (ours drain, its gauge lags).
+# every request it holds, those it is still finishing or aborting included: they can
+# disagree with ours, most visibly while dispatch is paused (ours drain, it runs on), so the
+# table marks that case and an old sample (server_table.py sglang_cell).
 COLUMNS = (
     ("in fl", "our requests on the wire to the server / its limit"),
-    ("sgl run/q", "SGLang's own running / queued, from its /metrics: seconds"),
-    ("", "behind ours, and it counts requests still being aborted"),
+    ("sgl run/q", "SGLang's running / queued: all it holds, aborted ones too"),
+    ("", "`still`: paused, runs what was sent · `12s old`: stale sample"),
     ("kv", "SGLang's KV cache in use · rst restarts · up time since READY"),
     ("stopped", "loops stopped as they ran, before burning max tokens"),
 )

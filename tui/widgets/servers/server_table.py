@@ -50,13 +50,28 @@ def columns_for(servers: tuple[ServerStatus, ...]) -> tuple[tuple[str, str], ...
     return COLUMNS[:at] + (SGLANG_COLUMN,) + COLUMNS[at:]
 
 
-def sglang_cell(server: ServerStatus) -> Text | str:
+# A sample older than this many scrape intervals is stale: the scrape after it is late (a
+# busy server answers /metrics slowly) and the figures may no longer hold.
+STALE_INTERVALS = 2.0
+SECONDARY_STYLE = "dim"
+
+
+def sglang_stale(server: ServerStatus) -> bool:
+    age, interval = server.sglang_age_s, server.sglang_interval_s
+    return age is not None and interval is not None and age > STALE_INTERVALS * interval
+
+
+def sglang_cell(server: ServerStatus, paused: bool = False) -> Text | str:
     """`52/8 91%`: SGLang running/queued and KV cache use; `↺12/m` when it retracts; the
     whole cell in orange with `OVER` while it is over-committed; "n/a" where SGLang gave no
-    figure, "—" where its metrics are not read."""
+    figure, "—" where its metrics are not read. Dim, with the sample's age (`12s old`), when
+    the sample is older than two scrapes; while dispatch is paused, `still 26/0`, dim:
+    SGLang goes on running what was sent before the pause (and counts every request it
+    holds, aborted ones it is still finishing included), while `in fl` is ours alone."""
     if not server.sglang_metrics:
         return "—"
-    if server.sglang_running is None and server.sglang_queued is None:
+    figures = server.sglang_running is not None or server.sglang_queued is not None
+    if not figures:
         text = "n/a"
     else:
         def n(v: int | None) -> str:
@@ -66,8 +81,16 @@ def sglang_cell(server: ServerStatus) -> Text | str:
     rate = server.retractions_per_s
     if rate:
         text += f" ↺{rate * 60:.0f}/m"
+    still = paused and (server.sglang_running or 0) > 0
+    if still:
+        text = f"still {text}"
+    stale = figures and sglang_stale(server)
+    if stale:
+        text += f" {duration(server.sglang_age_s or 0.0)} old"
     if server.overcommitted:
         return Text(f"{text} OVER", style=OVERCOMMIT_STYLE)
+    if still or stale:
+        return Text(text, style=SECONDARY_STYLE)
     return text
 
 
@@ -117,7 +140,8 @@ def gpu_cells(server: ServerStatus,
     return power_s, util_s, temp, mem_s
 
 
-def row_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> dict[str, Text | str]:
+def row_cells(server: ServerStatus, gpus: dict[int, GpuStatus],
+              paused: bool = False) -> dict[str, Text | str]:
     power, util, temp, mem = gpu_cells(server, gpus)
     if server.tokens_per_joule is not None and power != "n/a":
         power = f"{power} {server.tokens_per_joule:.1f}t/J"
@@ -131,7 +155,7 @@ def row_cells(server: ServerStatus, gpus: dict[int, GpuStatus]) -> dict[str, Tex
         "server": server.name,
         "state": Text(server.state.value, style=STATE_STYLE.get(server.state, "")),
         "in_flight": in_flight_cell(server),
-        "sglang": sglang_cell(server),
+        "sglang": sglang_cell(server, paused),
         "req_s": f"{server.req_per_s:.1f}",
         "power": power,
         "util": util,
@@ -207,7 +231,8 @@ class ServerTable(DataTable[Text | str]):
         gpus = {g.index: g for g in status.gpus.gpus} if status is not None else {}
         names = [s.name for s in servers]
         current = [str(k.value) for k in self.rows]
-        rows = {s.name: row_cells(s, gpus) for s in servers}
+        paused = status is not None and bool(status.paused)
+        rows = {s.name: row_cells(s, gpus, paused) for s in servers}
         width = self.scrollable_content_region.width if self.is_mounted else None
         fit = fit_columns(columns_for(servers), list(rows.values()), width)
         columns = fit.columns
