@@ -97,13 +97,13 @@ class MemoryModel:
         return mem_fraction_static * self.total_gb - self.weights_gb
 
     def pool_tokens(self, mem_fraction_static: float) -> int:
-        return max(0, int(self.kv_gb(mem_fraction_static) * self.kv_tokens_per_gb))
+        return max(0, round(self.kv_gb(mem_fraction_static) * self.kv_tokens_per_gb))
 
     def headroom_gb(self, mem_fraction_static: float) -> float:
         return (1.0 - mem_fraction_static) * self.total_gb
 
     def batch_tokens_limit(self, mem_fraction_static: float) -> int:
-        return int(self.headroom_gb(mem_fraction_static) * self.activation_tokens_per_gb)
+        return round(self.headroom_gb(mem_fraction_static) * self.activation_tokens_per_gb)
 
     def load_failure(self, mem_fraction_static: float) -> str | None:
         """Why loading fails at this fraction: "no_kv" (weights fill the static share, SGLang's
