@@ -14,8 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .flag_response import (DEFAULT_CHUNKED_PREFILL, MambaCap, MemoryModel, batch_demand,
-                            mamba_cap)
+from .flag_response import DEFAULT_CHUNKED_PREFILL, MambaCap, MemoryModel, batch_demand, mamba_cap
 from .sglang_parser import sglang_parser
 
 FAULTS = ("none", "crash", "oom", "hang", "stall", "retract", "collapse")
