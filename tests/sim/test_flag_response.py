@@ -13,7 +13,7 @@ import httpx
 import pytest
 
 from supervisor.servers.exit_classifier import ExitKind, Trigger, classify
-from supervisor.sim.flag_response import aggregate_factor
+from supervisor.sim.flag_response import MambaCap, aggregate_factor, mamba_cap
 from tests.sim.sglang_calls import chat, get
 
 PEAK = 8
@@ -179,3 +179,19 @@ def test_flag_response_flags_are_checked(sim_server):
         sim = sim_server(*flags, wait=False)
         returncode, lines = _exit_and_log(sim)
         assert returncode == 1 and len(lines) == 1 and words in lines[0], lines
+
+
+def test_the_peak_formula_tops_at_p_and_the_knee_formula_never_falls():
+    for peak in (3, 8, 64):
+        totals = [aggregate_factor(n, 0, peak) for n in range(1, 4 * peak)]
+        assert totals.index(max(totals)) + 1 == peak
+    knee = [aggregate_factor(n, 32, 0) for n in range(1, 200)]
+    assert knee == sorted(knee) and knee[-1] < 32
+
+
+def test_the_mamba_ratio_follows_sglangs_rules():
+    assert mamba_cap(None, 80, None, False) == MambaCap(80, 5)       # the seed's 80 -> 16
+    assert mamba_cap(200, 80, None, False).cap() == 40                 # the flag wins
+    assert mamba_cap(200, None, None, False).cap() == 66               # base ratio 3
+    assert mamba_cap(200, 80, None, True).cap() == 200                 # no radix cache: 1
+    assert mamba_cap(None, None, None, False).cap() is None            # not hybrid
