@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import anyio
+import anyio.abc
 import httpx
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,19 +110,28 @@ async def load_once(base_url: str, prompts: list[str], concurrency: int,
     tokens = 0
     async with httpx.AsyncClient(base_url=base_url, trust_env=False,
                                  timeout=REQUEST_TIMEOUT_S) as client:
-        async def one(text: str) -> None:
+        errors: list[httpx.HTTPError] = []
+
+        async def one(text: str, tg: anyio.abc.TaskGroup) -> None:
             nonlocal tokens
             async with limiter:
-                r = await client.post("/v1/chat/completions", json={
-                    "messages": [{"role": "user", "content": text}],
-                    "max_tokens": max_tokens})
-                r.raise_for_status()
+                try:
+                    r = await client.post("/v1/chat/completions", json={
+                        "messages": [{"role": "user", "content": text}],
+                        "max_tokens": max_tokens})
+                    r.raise_for_status()
+                except httpx.HTTPError as e:     # the server died under load: the pass ends
+                    errors.append(e)
+                    tg.cancel_scope.cancel()
+                    return
                 tokens += r.json()["usage"]["completion_tokens"]
 
         started = time.monotonic()
         async with anyio.create_task_group() as tg:
             for text in prompts:
-                tg.start_soon(one, text)
+                tg.start_soon(one, text, tg)
+        if errors:
+            raise errors[0]
         return tokens / (time.monotonic() - started)
 
 
@@ -160,7 +170,7 @@ def _why(proc: subprocess.Popen, log_path: Path, error: Exception) -> str:
         return f"{type(error).__name__}: {str(error)[:200]}"
     lines = log_path.read_text(errors="replace").splitlines()
     reason = classify(Trigger.EXITED, proc.returncode, lines)
-    return f"{reason.kind.value}: {str(reason)[:200]}"
+    return str(reason)[:240]
 
 
 def main() -> None:
