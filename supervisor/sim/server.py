@@ -84,6 +84,12 @@ def _memory_at_load(rt: SimRuntime) -> None:
             text=OOM_GRAPHS if failure == "graphs" else None)
     if opts.mamba_capped:
         log(opts.mamba.warning(opts.effective_max_running_requests), rank="TP0")
+    elif (opts.max_running_requests is not None
+          and opts.effective_max_running_requests < opts.max_running_requests):
+        # kv_cache_configurator.py:3157: the pool holds fewer than asked (half its tokens).
+        log(f"max_running_requests was reduced from the requested {opts.max_running_requests} "
+            f"to {opts.effective_max_running_requests} (per dp worker) due to the available "
+            "KV cache capacity.", rank="TP0")
 
 
 def _oom_on_full_batch(rt: SimRuntime) -> None:

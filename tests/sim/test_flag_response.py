@@ -91,6 +91,16 @@ def test_mamba_cap_logs_sglangs_warning_and_server_info_reports_the_capped_value
     assert "capped to" not in lifted.log_text()
 
 
+def test_a_pool_too_small_for_the_flag_says_so_as_sglang_does(sim_server):
+    """kv_cache_configurator.py:3157: at most half the pool's tokens run; 40 of the 64."""
+    sim = sim_server("--max-total-tokens", "80", "--max-running-requests", "64",
+                     "--sim-instant")
+    internal = get(sim.base_url, "/server_info").json()["internal_states"][0]
+    assert internal["effective_max_running_requests_per_dp"] == 40
+    assert ("max_running_requests was reduced from the requested 64 to 40 (per dp worker) "
+            "due to the available KV cache capacity.") in sim.log_text()
+
+
 async def test_the_mamba_cap_is_what_the_batch_runs(sim_server):
     sim = sim_server("--sim-mamba-slots", "30", "--sim-mamba-slots-per-req", "3",
                      "--max-running-requests", "64", "--sim-tokens-per-s", "400")
