@@ -2,9 +2,11 @@
 server command and one flag, a server per candidate value, each loaded the same way, and the
 value that gives the most output tokens a second.
 
-For each candidate: start the server with the base flags and `--FLAG VALUE` (its own process
-group, log to a file), wait until /health_generate answers, send one warm-up request (not
-measured), then `--repeats` times: `--requests` chat requests (first turns of the MT-bench
+Every candidate's server is started at once with the base flags and `--FLAG VALUE` (its own
+process group, log to a file); once each answers /health_generate and one warm-up request
+(not measured), `--repeats` rounds follow, each a pass on every candidate in turn (the order
+rotated each round, so a shared machine's drift spreads over all of them). A pass:
+`--requests` chat requests (first turns of the MT-bench
 and Vicuna-bench questions in ../shared/data, read at run time, never copied), at most
 `--concurrency` in flight (so with a candidate below it the server queues, as under a job),
 thinking on, `--max-tokens` each. Output tok/s = completion tokens / wall time, first
@@ -135,8 +137,16 @@ async def load_once(base_url: str, prompts: list[str], concurrency: int,
         return tokens / (time.monotonic() - started)
 
 
-def measure(args: argparse.Namespace, value: str, prompts: list[str], logs: Path) -> Candidate:
-    cand = Candidate(value)
+@dataclass
+class Server:
+    """One candidate's server, started before any is measured."""
+    cand: Candidate
+    proc: subprocess.Popen
+    base: str
+    log_path: Path
+
+
+def start(args: argparse.Namespace, value: str, logs: Path) -> Server:
     port = free_port()
     flags = [*shlex.split(args.server_flags), f"--{args.flag}", value]
     argv, env = server_argv(args.server, port, flags)
@@ -144,21 +154,53 @@ def measure(args: argparse.Namespace, value: str, prompts: list[str], logs: Path
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env,
                                 stdin=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
+    return Server(Candidate(value), proc, f"http://127.0.0.1:{port}", log_path)
+
+
+def ready(args: argparse.Namespace, server: Server, prompts: list[str]) -> None:
+    """Healthy, its resolved running count read, one warm-up request (not measured)."""
     try:
-        wait_healthy(base, proc, timeout_s=args.ready_timeout_s, poll_s=0.5)
-        info = httpx.get(base + "/server_info", timeout=30, trust_env=False).json()
-        cand.effective_running = info["internal_states"][0].get(
+        wait_healthy(server.base, server.proc, timeout_s=args.ready_timeout_s, poll_s=0.5)
+        info = httpx.get(server.base + "/server_info", timeout=30, trust_env=False).json()
+        server.cand.effective_running = info["internal_states"][0].get(
             "effective_max_running_requests_per_dp")
-        anyio.run(load_once, base, prompts[:1], 1, args.max_tokens)          # warm-up
-        for _ in range(args.repeats):
-            cand.rates.append(anyio.run(load_once, base, prompts, args.concurrency,
-                                        args.max_tokens))
+        anyio.run(load_once, server.base, prompts[:1], 1, args.max_tokens)
     except (RuntimeError, httpx.HTTPError) as e:
-        cand.failed = _why(proc, log_path, e)
+        fail(server, e)
+
+
+def one_pass(args: argparse.Namespace, server: Server, prompts: list[str]) -> None:
+    try:
+        server.cand.rates.append(anyio.run(load_once, server.base, prompts, args.concurrency,
+                                           args.max_tokens))
+    except (RuntimeError, httpx.HTTPError) as e:
+        fail(server, e)
+
+
+def fail(server: Server, error: Exception) -> None:
+    server.cand.failed = _why(server.proc, server.log_path, error)
+    kill_group(server.proc, wait_s=30)
+
+
+def measure_all(args: argparse.Namespace, values: list[str], prompts: list[str],
+                logs: Path) -> list[Candidate]:
+    """Every candidate's server up at once (idle ones cost nothing: the simulator waits,
+    SGLang sleeps with --sleep-on-idle), then rounds of one pass each, the order rotated
+    every round: a shared machine's load drifts, and alternating passes spreads the drift
+    over every candidate instead of handing it to whichever ran last."""
+    servers = [start(args, value, logs) for value in values]
+    try:
+        for server in servers:
+            ready(args, server, prompts)
+        for round_ in range(args.repeats):
+            for i in range(len(servers)):
+                server = servers[(i + round_) % len(servers)]
+                if server.cand.failed is None:
+                    one_pass(args, server, prompts)
     finally:
-        kill_group(proc, wait_s=30)
-    return cand
+        for server in servers:
+            kill_group(server.proc, wait_s=30)
+    return [s.cand for s in servers]
 
 
 def _why(proc: subprocess.Popen, log_path: Path, error: Exception) -> str:
@@ -202,16 +244,12 @@ def main() -> None:
     print(f"server {args.server}, flag --{args.flag} in {values}, {args.requests} requests x "
           f"{args.repeats} repeats, {args.concurrency} in flight, max tokens {args.max_tokens}, "
           f"base flags {args.server_flags!r}; load average {os.getloadavg()[0]:.1f}", flush=True)
-    results = []
     with tempfile.TemporaryDirectory(prefix="bench-tune-") as tmp:
-        for value in values:
-            cand = measure(args, value, prompts, Path(tmp))
-            results.append(cand)
-            figure = (f"{cand.median:9.1f} tok/s median of "
-                      + ", ".join(f"{r:.1f}" for r in cand.rates)
-                      if cand.failed is None else f"failed ({cand.failed})")
-            print(f"  --{args.flag} {value:>6}: running {cand.effective_running}, {figure}",
-                  flush=True)
+        results = measure_all(args, values, prompts, Path(tmp))
+    for cand in results:
+        figure = (f"{cand.median:9.1f} tok/s median of " + ", ".join(f"{r:.1f}" for r in cand.rates)
+                  if cand.failed is None else f"failed ({cand.failed})")
+        print(f"  --{args.flag} {cand.value:>6}: running {cand.effective_running}, {figure}")
     measured = [c for c in results if c.median is not None]
     print(f"load average {os.getloadavg()[0]:.1f}")
     if not measured:
