@@ -36,9 +36,14 @@ async def _full_batch(base_url: str, n: int, max_tokens: int) -> tuple[float, fl
             tokens.append(r.json()["usage"]["completion_tokens"])
 
         async def read_gauge() -> None:
+            for _ in range(400):                 # until the whole batch decodes (20 s at most)
+                if (await client.get("/sim/state")).json()["running"] == n:
+                    break
+                await anyio.sleep(0.05)
             # The first read only sets SGLang's decode-stats tick (it reads low after the
-            # idle spell); the second covers a stretch with the whole batch decoding.
-            for wait in (0.4, 0.8):
+            # idle spell; a tick needs 40 decode steps, 0.2 s at 16 streams here); the second
+            # covers a stretch with the whole batch decoding.
+            for wait in (0.3, 0.5):
                 await anyio.sleep(wait)
                 info = (await client.get("/server_info")).json()
                 gauge.append(info["internal_states"][0]["last_gen_throughput"])
