@@ -26,19 +26,25 @@ from contextlib import contextmanager
 
 import anyio
 
+from .flag_response import stream_factor
+
 DECODE_LOG_INTERVAL = 40            # server_args.py decode_log_interval default
 STALENESS_S = 30.0                  # metrics_reporter.py GEN_THROUGHPUT_STALENESS_SECONDS
 
 
 class DecodeMeter:
     def __init__(self, tokens_per_s: float, time_scale: float, instant: bool = False,
-                 clock: Callable[[], float] = time.monotonic, batch_knee: int = 0) -> None:
+                 clock: Callable[[], float] = time.monotonic, batch_knee: int = 0,
+                 batch_peak: int = 0) -> None:
         self._clock = clock
         # 0: every request decodes at the full rate however many run. N: a batch of n
         # decodes each at 1 / (1 + (n - 1) / N) of it, so one stream slows as the batch
         # grows while the batch's total saturates at N times one stream's (a GPU step costs
         # more the more rows it carries, until it is compute-bound).
         self.batch_knee = batch_knee
+        # P: each of n streams at (P² + 1) / (P² + n²) instead, the total peaking at n = P
+        # (flag_response.py).
+        self.batch_peak = batch_peak
         # Tokens one request decodes a real second at full speed (inf: --sim-instant).
         self.full_rate = math.inf if instant else tokens_per_s * time_scale
         self.time_scale = time_scale
@@ -61,9 +67,8 @@ class DecodeMeter:
         """Tokens one request decodes a real second now (0 while the scheduler is stuck)."""
         if self.speed == 0:
             return 0.0
-        if self.batch_knee and self.decoding > 1:
-            return self.full_rate * self.speed / (1 + (self.decoding - 1) / self.batch_knee)
-        return self.full_rate * self.speed
+        return (self.full_rate * self.speed
+                * stream_factor(self.decoding, self.batch_knee, self.batch_peak))
 
     def _signal_change(self) -> None:
         if self._changed is not None:
@@ -117,14 +122,14 @@ class DecodeMeter:
         """Held while one request generates tokens."""
         self._settle()
         self.decoding += 1
-        if self.batch_knee:
+        if self.batch_knee or self.batch_peak:
             self._signal_change()        # every stream's speed changes with the batch
         try:
             yield
         finally:
             self._settle()
             self.decoding -= 1
-            if self.batch_knee:
+            if self.batch_knee or self.batch_peak:
                 self._signal_change()
 
     async def decode(self, tokens: float, abort: anyio.Event,

@@ -172,10 +172,30 @@ _OOM_LOAD = (
 )
 
 
-def oom(children: list[Popen], *, during_load: bool) -> None:
+# Past the memory fraction's cliff (flag_response.py): the KV pool is allocated, then the
+# CUDA graphs' capture runs out of what is left (model_runner.py init_device_graphs).
+OOM_GRAPHS = (
+    "Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "sglang/srt/managers/scheduler.py", line 6362, in run_scheduler_process\n'
+    "    scheduler = Scheduler(server_args, port_args)\n"
+    '  File "sglang/srt/model_executor/runner/decode_cuda_graph_runner.py", line 602, in '
+    "__init__\n"
+    '    raise Exception(\n'
+    "Exception: Capture cuda graph failed: CUDA out of memory. Tried to allocate 1.50 GiB. "
+    "GPU 0 has a total capacity of 139.81 GiB of which 612.00 MiB is free.\n"
+    # runner_backend_utils/__init__.py:14 CUDA_GRAPH_CAPTURE_FAILED_MSG
+    "Possible solutions:\n"
+    "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)\n"
+    "2. set --cuda-graph-max-bs-decode to a smaller value (e.g., 16)\n"
+    "3. disable decode CUDA graph by --cuda-graph-backend-decode=disabled. "
+    "(Not recommended. Huge performance loss)"
+)
+
+
+def oom(children: list[Popen], *, during_load: bool, text: str | None = None) -> None:
     """CUDA out of memory in the scheduler: the same path as a crash (SIGQUIT, tree killed,
-    signal 9), with the out-of-memory error in the traceback."""
-    log_err(_OOM_LOAD if during_load else _OOM_DECODE, rank="TP0")
+    signal 9), with the out-of-memory error in the traceback (`text`: another one)."""
+    log_err(text or (_OOM_LOAD if during_load else _OOM_DECODE), rank="TP0")
     _sigquit_and_kill_tree(children, during_load=during_load)
 
 

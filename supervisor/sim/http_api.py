@@ -60,7 +60,7 @@ class SimRuntime:
         o = self.opts
         if self.meter is None:
             self.meter = DecodeMeter(o.tokens_per_s, o.time_scale, instant=o.instant,
-                                     batch_knee=o.batch_knee)
+                                     batch_knee=o.batch_knee, batch_peak=o.batch_peak)
         self.faults.on_speed = self._on_speed
         self.chat = ChatHandler(self.opts, self.slots, self.faults, self._on_finished,
                                 self.meter)
@@ -123,7 +123,10 @@ def _server_info(rt: SimRuntime) -> dict[str, Any]:
         "startup_time": rt.startup_time,
         "effective_max_running_requests_per_dp": o.effective_max_running_requests,
         "last_gen_throughput": rt.meter.read(),
-        "memory_usage": {"weight": 0.0, "kvcache": 0.0, "startup_available": 0.0,
+        "memory_usage": {"weight": _gb(o.memory.weights_gb if o.memory else 0.0),
+                         "kvcache": _gb(o.memory.kv_gb(o.mem_fraction_static)
+                                        if o.memory else 0.0),
+                         "startup_available": _gb(o.memory.total_gb if o.memory else 0.0),
                          "token_capacity": o.max_total_num_tokens, "token_capacity_swa": None,
                          "graph": {}},
     })
@@ -143,6 +146,10 @@ def _server_info(rt: SimRuntime) -> dict[str, Any]:
     return info
 
 
+def _gb(value: float) -> float:
+    return round(value, 2)
+
+
 def _sim_state(rt: SimRuntime) -> dict[str, Any]:
     s = rt.slots.stats
     o = rt.opts
@@ -158,7 +165,8 @@ def _sim_state(rt: SimRuntime) -> dict[str, Any]:
             "kv_used_tokens": rt.slots.pool.used(), "kv_capacity": rt.slots.pool.capacity,
             "new_token_ratio": round(rt.slots.pool.new_token_ratio(), 4),
             "retracted_total": rt.retraction.total, "aborts": rt.aborts,
-            "batch_knee": o.batch_knee}
+            "batch_knee": o.batch_knee, "batch_peak": o.batch_peak,
+            "batch_tokens_limit": o.batch_tokens_limit()}
 
 
 def scheduler_sample(rt: SimRuntime) -> SchedulerSample:

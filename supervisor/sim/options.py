@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from .flag_response import DEFAULT_CHUNKED_PREFILL, MambaCap, MemoryModel, batch_demand, mamba_cap
 from .sglang_parser import sglang_parser
 
 FAULTS = ("none", "crash", "oom", "hang", "stall", "retract", "collapse")
@@ -57,6 +58,12 @@ class SimOptions:
     max_total_tokens: int | None = None   # SGLang's --max-total-tokens: the KV pool, in tokens
     attn_dp_size: int = 1
     batch_knee: int = 0              # see decode_meter.py; 0: a stream's speed ignores the batch
+    # The flag-response model (flag_response.py).
+    batch_peak: int = 0              # 0: off; P: the batch's total speed peaks at P streams
+    mamba: MambaCap = MambaCap(None, 3)
+    memory: MemoryModel | None = None
+    oom_batch_tokens: int | None = None   # explicit; else derived from `memory`, else none
+    chunked_prefill_size: int = DEFAULT_CHUNKED_PREFILL
 
     @property
     def max_total_num_tokens(self) -> int:
@@ -64,6 +71,9 @@ class SimOptions:
         `sglang/srt/model_executor/model_runner.py`), else it grows with the memory fraction
         the operator gave it (0.88 -> 880,000 tokens: roomy enough that only a test that
         asks for pressure sees any)."""
+        if self.memory is not None:
+            pool = self.memory.pool_tokens(self.mem_fraction_static)
+            return pool if self.max_total_tokens is None else min(pool, self.max_total_tokens)
         if self.max_total_tokens is not None:
             return self.max_total_tokens
         return int(self.mem_fraction_static * 1_000_000)
@@ -73,18 +83,40 @@ class SimOptions:
         """The scheduler's max_running_requests as SGLang resolves it
         (`sglang/srt/mem_cache/kv_cache_configurator.py` resolve_max_num_reqs): the flag capped
         at half the KV pool, else pool / context * 512 clamped to [2048, 4096]; then a hybrid
-        (mamba) model caps it at max_mamba_cache_size // 3 (MAMBA_CACHE_SIZE_MAX_RUNNING_
-        REQUESTS_RATIO, 1 with the radix cache disabled)."""
+        (mamba) model caps it at its cache size // state slots a request (flag_response.py)."""
+        n = self.requested_running_requests
+        cap = self.mamba.cap()
+        if cap is not None:
+            n = min(n, cap)
+        return max(1, n)
+
+    @property
+    def requested_running_requests(self) -> int:
+        """Before the Mamba cap: the flag, or the pool's estimate, within half the pool."""
         capacity = self.max_total_num_tokens
         if self.max_running_requests is not None:
-            n = min(max(1, self.max_running_requests), capacity // 2)
-        else:
-            estimated = max(min(int(capacity / self.context_length * 512), 4096), 2048)
-            n = min(estimated, capacity // 2)
-        if self.max_mamba_cache_size is not None:
-            ratio = 1 if self.disable_radix_cache else 3
-            n = min(n, self.max_mamba_cache_size // ratio)
-        return max(1, n)
+            return min(max(1, self.max_running_requests), capacity // 2)
+        estimated = max(min(int(capacity / self.context_length * 512), 4096), 2048)
+        return min(estimated, capacity // 2)
+
+    @property
+    def mamba_capped(self) -> bool:
+        cap = self.mamba.cap()
+        return cap is not None and cap < self.requested_running_requests
+
+    def batch_tokens_limit(self) -> int | None:
+        """The worst-case batch tokens past which a full batch OOMs (None: never)."""
+        if self.oom_batch_tokens is not None:
+            return self.oom_batch_tokens
+        if self.memory is not None:
+            return self.memory.batch_tokens_limit(self.mem_fraction_static)
+        return None
+
+    def batch_ooms(self, running: list[tuple[int, int]]) -> bool:
+        """Whether this running batch ((prompt, max new tokens) each) is past the limit."""
+        limit = self.batch_tokens_limit()
+        return (limit is not None and bool(running)
+                and batch_demand(running, self.chunked_prefill_size) > limit)
 
     @property
     def max_req_input_len(self) -> int:
@@ -104,7 +136,10 @@ class SimOptions:
             "host": self.host, "port": self.port,
             "max_running_requests": self.max_running_requests,
             "mem_fraction_static": self.mem_fraction_static,
-            "max_mamba_cache_size": self.max_mamba_cache_size,
+            # Resolved: SGLang writes the size it settled on back into its args
+            # (kv_cache_configurator.py _handle_max_mamba_cache).
+            "max_mamba_cache_size": self.mamba.cache_size,
+            "chunked_prefill_size": self.chunked_prefill_size,
             "context_length": self.context_length,
             "reasoning_parser": self.reasoning_parser,
             "tp_size": self.tp_size, "dp_size": self.dp_size,
@@ -159,10 +194,77 @@ def _sim_parser() -> argparse.ArgumentParser:
                    help="a batch of n decodes each stream at 1/(1+(n-1)/K) of "
                         "--sim-tokens-per-s, the total saturating at K streams' worth "
                         "(default: 32 with --max-total-tokens, else 0: no slowdown)")
+    _flag_response_flags(p)
     s.add_argument("--sim-children", type=int, default=0,
                    help="sleeping child processes in our process group (like SGLang's "
                         "scheduler and detokenizer)")
     return p
+
+
+def _flag_response_flags(p: argparse.ArgumentParser) -> None:
+    f = p.add_argument_group("flag-response model (flag_response.py; formulas in README.md)")
+    f.add_argument("--sim-batch-peak", type=int, default=0,
+                   help="a batch of n decodes each stream at (P^2+1)/(P^2+n^2) of "
+                        "--sim-tokens-per-s: the total peaks at exactly P streams "
+                        "(0: off; not with --sim-batch-knee)")
+    f.add_argument("--sim-mamba-slots", type=int, default=None,
+                   help="a hybrid model with this many Mamba state slots (unless "
+                        "--max-mamba-cache-size is given): running requests are capped at "
+                        "slots // --sim-mamba-slots-per-req, with SGLang's warning")
+    f.add_argument("--sim-mamba-slots-per-req", type=int, default=None,
+                   help="state slots a request takes (default 5 with --sim-mamba-slots, "
+                        "else SGLang's base ratio 3; 1 with --disable-radix-cache)")
+    f.add_argument("--sim-memory-gb", type=float, default=None,
+                   help="GPU memory: the KV pool becomes (mem-fraction-static x this - "
+                        "weights) x --sim-kv-tokens-per-gb tokens (unset: no memory model)")
+    f.add_argument("--sim-weights-gb", type=float, default=None,
+                   help="model weights, GB (default: half of --sim-memory-gb)")
+    f.add_argument("--sim-kv-tokens-per-gb", type=float, default=10_000.0,
+                   help="KV tokens one GB holds")
+    f.add_argument("--sim-activation-tokens-per-gb", type=float, default=50_000.0,
+                   help="worst-case batch tokens one GB of headroom (1 - mem-fraction-static "
+                        "of the memory) carries before a full batch OOMs")
+    f.add_argument("--sim-oom-fraction", type=float, default=None,
+                   help="a --mem-fraction-static above this OOMs at load (default 0.95 with "
+                        "--sim-memory-gb)")
+    f.add_argument("--sim-oom-batch-tokens", type=int, default=None,
+                   help="a running batch whose prompt + max tokens (plus one prefill chunk) "
+                        "exceed this OOMs mid-serving (default: from --sim-memory-gb)")
+
+
+def _memory_model(sim: argparse.Namespace) -> MemoryModel | None:
+    if sim.sim_memory_gb is None:
+        for flag in ("weights_gb", "oom_fraction"):
+            if getattr(sim, f"sim_{flag}") is not None:
+                raise SystemExit(f"--sim-{flag.replace('_', '-')} needs --sim-memory-gb")
+        return None
+    total = sim.sim_memory_gb
+    weights = total / 2 if sim.sim_weights_gb is None else sim.sim_weights_gb
+    if total <= 0 or not 0 <= weights < total:
+        raise SystemExit("--sim-memory-gb must be > 0 and --sim-weights-gb within [0, memory)")
+    if sim.sim_kv_tokens_per_gb <= 0 or sim.sim_activation_tokens_per_gb <= 0:
+        raise SystemExit("--sim-kv-tokens-per-gb and --sim-activation-tokens-per-gb must be > 0")
+    oom = 0.95 if sim.sim_oom_fraction is None else sim.sim_oom_fraction
+    if not 0 < oom <= 1:
+        raise SystemExit(f"--sim-oom-fraction must be within (0, 1], got {oom}")
+    return MemoryModel(total, weights, sim.sim_kv_tokens_per_gb,
+                       sim.sim_activation_tokens_per_gb, oom)
+
+
+def _check_flag_response(sim: argparse.Namespace, ns: argparse.Namespace, knee: int) -> None:
+    if sim.sim_batch_peak < 0:
+        raise SystemExit("--sim-batch-peak must be >= 0")
+    if sim.sim_batch_peak and knee:
+        raise SystemExit("--sim-batch-peak and --sim-batch-knee are two speed models: give one")
+    for name in ("sim_mamba_slots", "sim_mamba_slots_per_req", "sim_oom_batch_tokens"):
+        value = getattr(sim, name)
+        if value is not None and value < 1:
+            raise SystemExit(f"--{name.replace('_', '-')} must be >= 1, got {value}")
+    if ns.max_mamba_cache_size is not None and ns.max_mamba_cache_size < 1:
+        raise SystemExit("--max-mamba-cache-size must be >= 1")
+    if ns.mem_fraction_static is not None and not 0 < ns.mem_fraction_static < 1:
+        raise SystemExit(f"--mem-fraction-static must be within (0, 1), got "
+                         f"{ns.mem_fraction_static}")
 
 
 def parse_options(argv: Sequence[str]) -> SimOptions:
@@ -192,6 +294,9 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         knee = 32 if max_total_tokens is not None else 0
     if knee < 0:
         raise SystemExit("--sim-batch-knee must be >= 0")
+    if sim.sim_batch_peak and sim.sim_batch_knee is None:
+        knee = 0                     # the peak replaces the default knee
+    _check_flag_response(sim, ns, knee)
     return SimOptions(
         model_path=ns.model_path, host=ns.host or "127.0.0.1",
         port=30000 if ns.port is None else ns.port,
@@ -213,7 +318,12 @@ def parse_options(argv: Sequence[str]) -> SimOptions:
         disable_radix_cache=ns.disable_radix_cache, skip_server_warmup=ns.skip_server_warmup,
         launch_command=" ".join(["python3", "-m", "sglang.launch_server", *rest]),
         stream_step=stream_step, max_total_tokens=max_total_tokens,
-        attn_dp_size=_attn_dp_size(ns), batch_knee=knee)
+        attn_dp_size=_attn_dp_size(ns), batch_knee=knee, batch_peak=sim.sim_batch_peak,
+        mamba=mamba_cap(ns.max_mamba_cache_size, sim.sim_mamba_slots,
+                        sim.sim_mamba_slots_per_req, ns.disable_radix_cache),
+        memory=_memory_model(sim), oom_batch_tokens=sim.sim_oom_batch_tokens,
+        chunked_prefill_size=(DEFAULT_CHUNKED_PREFILL if ns.chunked_prefill_size is None
+                              else ns.chunked_prefill_size))
 
 
 def _max_total_tokens(value: str | None) -> int | None:

@@ -33,7 +33,7 @@ import uvicorn
 from .batch_slots import BatchSlots
 from .child_processes import kill_children, spawn_children
 from .decode_meter import DecodeMeter
-from .faults import FaultState
+from .faults import OOM_GRAPHS, FaultState, oom
 from .http_api import SimRuntime, build_app
 from .options import SimOptions
 from .prom_metrics import SimMetrics, set_prometheus_multiproc_dir
@@ -56,19 +56,48 @@ def _immediate(opts: SimOptions) -> bool:
 async def _load(rt: SimRuntime) -> None:
     """Phase 1, before the port is open."""
     opts = rt.opts
-    log("Load weight begin. avail mem=139.21 GB", rank="TP0")
+    avail = opts.memory.total_gb if opts.memory is not None else 139.21
+    log(f"Load weight begin. avail mem={avail:.2f} GB", rank="TP0")
     if opts.fault == "retract" and _immediate(opts):
         rt.faults.apply("retract")        # pressure from the first batch on
     elif opts.fault not in ("none", "stall", "retract", "collapse") and _immediate(opts):
         await asyncio.sleep(_scaled(opts, opts.startup_s) / 2)
         rt.faults.apply(opts.fault)       # crash/oom never return; hang never yields again
     await asyncio.sleep(_scaled(opts, opts.startup_s))
+    _memory_at_load(rt)
     log(f"max_total_num_tokens={opts.max_total_num_tokens}, "
-        "chunked_prefill_size=8192, max_prefill_tokens=16384, "
+        f"chunked_prefill_size={opts.chunked_prefill_size}, max_prefill_tokens=16384, "
         f"max_running_requests={opts.effective_max_running_requests}, "
         f"context_len={opts.context_length}, available_gpu_mem=12.41 GB", rank="TP0")
     if rt.metrics is not None:
         rt.metrics.emit_constants(opts.max_total_num_tokens)
+
+
+def _memory_at_load(rt: SimRuntime) -> None:
+    """The flag-response model's verdict on the memory flags (flag_response.py): an OOM
+    that ends the load, or the Mamba cap's warning, logged where SGLang logs it (while the
+    scheduler sizes its pools, before the port opens)."""
+    opts = rt.opts
+    failure = opts.memory.load_failure(opts.mem_fraction_static) if opts.memory else None
+    if failure is not None:
+        oom(rt.faults.children, during_load=True,
+            text=OOM_GRAPHS if failure == "graphs" else None)
+    if opts.mamba_capped:
+        log(opts.mamba.warning(opts.effective_max_running_requests), rank="TP0")
+    elif (opts.max_running_requests is not None
+          and opts.effective_max_running_requests < opts.max_running_requests):
+        # kv_cache_configurator.py:3157: the pool holds fewer than asked (half its tokens).
+        log(f"max_running_requests was reduced from the requested {opts.max_running_requests} "
+            f"to {opts.effective_max_running_requests} (per dp worker) due to the available "
+            "KV cache capacity.", rank="TP0")
+
+
+def _oom_on_full_batch(rt: SimRuntime) -> None:
+    """A batch past the memory budget's worst case dies on its first forward pass, with
+    torch's CUDA out of memory (the OOM that comes only with the first long batch)."""
+    running = [(s.prompt_tokens, s.max_new_tokens) for s in rt.slots.pool.running]
+    if rt.opts.batch_ooms(running):
+        rt.faults.apply("oom")
 
 
 async def _warmup_then_up(rt: SimRuntime) -> None:
@@ -95,6 +124,7 @@ async def _scheduler_ticks(rt: SimRuntime) -> None:
     step does not fit the KV pool, then admit what fits (kv_pool.py)."""
     while True:
         rt.slots.tick()
+        _oom_on_full_batch(rt)
         await asyncio.sleep(0.02)
 
 
@@ -119,7 +149,7 @@ def build_runtime(opts: SimOptions) -> SimRuntime:
         set_prometheus_multiproc_dir()
         metrics = SimMetrics(opts.model_name, opts.dp_size)
     meter = DecodeMeter(opts.tokens_per_s, opts.time_scale, instant=opts.instant,
-                        batch_knee=opts.batch_knee)
+                        batch_knee=opts.batch_knee, batch_peak=opts.batch_peak)
     # One scheduler per DP rank, each with its own slots (hence "_per_dp" in /server_info)
     # and its own KV pool: one shared queue over dp_size pools' worth, a simplification.
     slots = BatchSlots(opts.effective_max_running_requests * opts.dp_size,
