@@ -33,14 +33,12 @@ class TuneStartDialog(FormDialog[TuneStartChoice | None]):
     def compose(self) -> ComposeResult:
         with Vertical(classes="dialog wide") as box:
             box.border_title = "Start tuning"
-            yield Static("One server at a time (the canary) restarts with one candidate flag "
-                         "set and is measured against the others; nothing in flight is "
-                         "lost. Flags to search, each with its values in the order tried "
-                         "(empty: the daemon's default space):", classes="dialog-text")
+            yield Static("Flags to search, each with its values in the order tried (empty: "
+                         "the daemon's default space):", classes="dialog-text")
             yield Input(placeholder="max-running-requests=32,48,64 mem-fraction-static=0.9,0.93",
                         id="space")
-            yield Static("", classes="dialog-note", id="servers")
-            yield Input(placeholder="canary (empty: the tuner picks one)", id="server")
+            yield Static("", classes="dialog-note", id="servers", markup=False)
+            yield Input(placeholder="gpu0", id="server")
             yield Checkbox("Tune even where the remaining job does not pay for a trial",
                            value=False, id="force")
             yield Static("", id="error", classes="dialog-error")
@@ -50,7 +48,7 @@ class TuneStartDialog(FormDialog[TuneStartChoice | None]):
 
     def on_screen_resume(self) -> None:
         self.query_one("#servers", Static).update(
-            "Canary, one of: " + (", ".join(self.servers) or "(no servers yet)"))
+            "Canary (empty: the tuner picks one): " + (", ".join(self.servers) or "--"))
         self.query_one("#server", Input).value = ""
         self.query_one("#force", Checkbox).value = False
         self.query_one("#error", Static).update("")
@@ -67,6 +65,6 @@ class TuneStartDialog(FormDialog[TuneStartChoice | None]):
             return
         server = self.query_one("#server", Input).value.strip() or None
         if server is not None and self.servers and server not in self.servers:
-            error.update(f"no server named {server!r}: one of {', '.join(self.servers)}")
+            error.update(f"no server named {server!r}")
             return
         self.dismiss(TuneStartChoice(space, server, self.query_one("#force", Checkbox).value))

@@ -61,7 +61,8 @@ class MainScreen(Screen[None]):
         Binding("p", "resume", "resume", tooltip="resume dispatch"),
         Binding("R", "restart_all", "restart all",
                 tooltip="rolling restart of every server (confirm)"),
-        Binding("T", "tuning", "tuning",
+        # Not in the footer (80 columns are full: quit would be cut); `?` lists it.
+        Binding("T", "tuning", "tuning", show=False,
                 tooltip="the tuner: its search and trials; start or stop it there"),
         Binding("question_mark", "help", "help", key_display="?", tooltip="this screen"),
         Binding("q", "app.quit", "quit", tooltip=QUIT_LEAVES_DAEMON),
