@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 
+from supervisor.client.tuning_text import tune_start_text, tune_stop_text, tuning_lines
 from supervisor.contract import status as c
 from supervisor.contract.actions import (
     MaxTokensResult,
@@ -18,7 +19,6 @@ from supervisor.contract.actions import (
     ResumeResult,
     RetuneResult,
 )
-from supervisor.client.tuning_text import tune_start_text, tune_stop_text, tuning_lines
 from supervisor.contract.figure_text import duration, truncation
 from supervisor.contract.tuning import TuneStartResult, TuneStopResult
 

@@ -28,7 +28,7 @@ SIZE = (100, 30)
 
 async def tuning_screen(pilot: Pilot) -> TuningScreen:
     """Until the first snapshot reached the main screen, then T (bounded)."""
-    async def main_has_status() -> bool:
+    def main_has_status() -> bool:
         screen = pilot.app.screen
         return isinstance(screen, MainScreen) and screen.status is not None
     await until(main_has_status, "the first status on the main screen", timeout_s=2.0,
@@ -47,6 +47,12 @@ async def notice(pilot: Pilot, app: DflashTui, text: str) -> str:
     return await until(found, f"a notification with {text!r}", timeout_s=2.0, poll_s=0.02,
                        pause=pilot.pause,
                        seen=lambda: str([n.message for n in app._notifications]))
+
+
+async def dialog_says(pilot: Pilot, text: str) -> None:
+    dialog = pilot.app.screen
+    await until(lambda: text in str(dialog.query_one("#error").render()),
+                f"the dialog saying {text!r}", timeout_s=2.0, poll_s=0.02, pause=pilot.pause)
 
 
 def offered(app: DflashTui) -> set[str]:
@@ -86,9 +92,7 @@ async def test_start_sends_the_typed_space_and_canary() -> None:
         dialog.query_one("#space", Input).value = "max-running-requests=32,48 --mem-fraction-static=0.9,0.93"
         dialog.query_one("#server", Input).value = "gpu9"       # no such server: said there
         await pilot.click("#ok")
-        await until(lambda: "gpu9" in str(dialog.query_one("#error").render()),
-                    "the dialog naming the unknown server", timeout_s=2.0, poll_s=0.02,
-                    pause=pilot.pause)
+        await dialog_says(pilot, "no server named 'gpu9'")
         assert not [c for c in d.calls if c[0] == "tune-start"]
         dialog.query_one("#server", Input).value = "gpu1"
         dialog.query_one("#force", Checkbox).value = True
@@ -125,12 +129,9 @@ async def test_a_bad_space_is_said_in_the_dialog(typed: str, error: str) -> None
     async with app.run_test(size=SIZE) as pilot:
         await tuning_screen(pilot)
         await pilot.press("s")
-        dialog = app.screen
-        dialog.query_one("#space", Input).value = typed
+        app.screen.query_one("#space", Input).value = typed
         await pilot.press("enter")
-        await until(lambda: error in str(dialog.query_one("#error").render()),
-                    f"the dialog saying {error!r}", timeout_s=2.0, poll_s=0.02,
-                    pause=pilot.pause)
+        await dialog_says(pilot, error)
         await pilot.press("escape")
         assert isinstance(app.screen, TuningScreen)
         assert d.calls == [c for c in d.calls if c[0] != "tune-start"]
