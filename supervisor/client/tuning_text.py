@@ -25,6 +25,10 @@ def percent(x: float | None, sign: str = "+") -> str:
     return "--" if x is None else f"{100 * x:{sign}.1f}%"
 
 
+def gain_text(gain: float | None) -> str:
+    return "nothing kept yet" if gain is None else f"best {percent(gain)} per GPU"
+
+
 def tok_s(x: float | None) -> str:
     return "--" if x is None else f"{x:,.0f}"
 
@@ -51,6 +55,12 @@ def trials_text(t: Tuning) -> str:
     return f"{t.trials_done}/{total} trials"
 
 
+def started(t: Tuning) -> bool:
+    """Whether a search ever ran: OFF after a stop or a failure keeps its canary, reason
+    and trials, which say what it found."""
+    return t.state is not TuneState.OFF or bool(t.canary or t.reason or t.trials)
+
+
 def outcome(trial: Trial) -> str:
     """The verdict once the trial ended, its phase while it runs."""
     return trial.verdict.value if trial.verdict is not None else trial.phase
@@ -59,10 +69,10 @@ def outcome(trial: Trial) -> str:
 def tuning_lines(t: Tuning | None) -> list[str]:
     """The status report's lines on the tuner (none: no tuner, or never started): its state,
     canary, budget, best gain and reason; then the best flags known, when any."""
-    if t is None or t.state is TuneState.OFF and not t.trials_done:
+    if t is None or not started(t):
         return []
     parts = [t.state.value.upper(), f"canary {t.canary or '--'}", trials_text(t),
-             f"best {percent(t.gain)} per GPU"]
+             gain_text(t.gain)]
     text = ", ".join(parts) + (f": {t.reason}" if t.reason else "")
     out = [text + (f" [{WEAK}]" if t.weak else "")]
     if t.best:

@@ -7,7 +7,14 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from supervisor.client.tuning_text import ACTIVE, WEAK, flags_text, percent, trials_text
+from supervisor.client.tuning_text import (
+    ACTIVE,
+    WEAK,
+    flags_text,
+    gain_text,
+    started,
+    trials_text,
+)
 from supervisor.contract.status import Status
 from supervisor.contract.tuning import TuneState
 
@@ -31,12 +38,11 @@ def summary_text(status: Status | None) -> Text:
         return t
     style = STATE_STYLE.get(tuning.state, "bold cyan" if tuning.state in ACTIVE else "")
     t.append(tuning.state.value.upper(), style=style)
-    if tuning.state is TuneState.OFF and not tuning.trials_done:
+    if not started(tuning):
         t.append("  " + NEVER, style="dim")
         return t
-    t.append(f"  canary {tuning.canary or '--'} · {trials_text(tuning)} · best ")
-    t.append(percent(tuning.gain), style="bold")
-    t.append(" per GPU")
+    t.append(f"  canary {tuning.canary or '--'} · {trials_text(tuning)} · ")
+    t.append(gain_text(tuning.gain), style="bold")
     if tuning.started_by:
         t.append(f" · started by {tuning.started_by}", style="dim")
     if tuning.reason:
