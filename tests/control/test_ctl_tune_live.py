@@ -40,7 +40,7 @@ def test_tune_start_status_and_stop(tmp_path: Path) -> None:
         line = wait_until(tuning_line, "a tuning line in status", 30.0, poll_s=0.5)
         # WAITING until the fleet is READY (no search yet: "0 trials"), then the baseline.
         assert line.split()[1] in ("WAITING,", "MEASURING,", "TRIAL,"), line
-        assert "canary gpu1" in line and "trials" in line or "trial 1/2" in line, line
+        assert "canary gpu1" in line and ("trials" in line or "trial 1/2" in line), line
 
         stop = cli(*ctl, "tune", "stop")
         assert stop.returncode == 0, (stop.stdout, stop.stderr)
