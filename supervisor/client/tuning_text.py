@@ -46,8 +46,10 @@ def flags_text(flags: tuple[Flag, ...]) -> str:
 
 def trials_text(t: Tuning) -> str:
     """Where the search is in its budget: "trial 3/8" while one runs, "2/8 trials" between
-    them, "5 trials" once no more are left."""
+    them, "5 trials" once no more are left, "no trials" before the first is planned."""
     total = t.trials_done + t.trials_left
+    if total == 0:                  # waiting for the fleet, before the search is set up
+        return "no trials"
     if t.trials_left == 0:
         return f"{t.trials_done} trials"
     if t.state is TuneState.TRIAL:

@@ -150,6 +150,13 @@ def test_status_report_tuning_lines() -> None:
         replace(s, tuning=done), "x")
 
 
+def test_waiting_before_any_trial_is_planned() -> None:
+    waiting = Tuning(state=TuneState.WAITING, canary="gpu1",
+                     reason="tuning gpu1: waiting for every server to be READY")
+    assert ("tuning   WAITING, canary gpu1, no trials, nothing kept yet: tuning gpu1: waiting "
+            "for every server to be READY") in report(replace(data.healthy(), tuning=waiting), "x")
+
+
 @pytest.mark.parametrize("tuning", [None, Tuning()], ids=["no-tuner", "never-started"])
 def test_no_tuning_line_without_a_search(tuning: Tuning | None) -> None:
     assert "tuning " not in report(replace(data.healthy(), tuning=tuning), "x")
