@@ -66,8 +66,8 @@ class TuningScreen(Screen[None]):
         self.status = status
 
     def watch_status(self, status: Status | None) -> None:
-        self.query_one(TrialTable).trials = status.tuning.trials if status and status.tuning \
-            else ()
+        tuning = status.tuning if status is not None else None
+        self.query_one(TrialTable).trials = tuning.trials if tuning is not None else ()
         # Start or stop follows the search. Only on a change: the footer is rebuilt.
         if searching(status) != self._searching:
             self._searching = searching(status)
