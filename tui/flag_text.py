@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import shlex
 
-from supervisor.contract.status import Flag, FlagScalar, FlagValue
+from supervisor.client.flag_space import scalar
+from supervisor.contract.status import Flag, FlagValue
 
 
 class FlagSyntaxError(ValueError):
@@ -17,24 +18,8 @@ def parse_value(text: str) -> FlagValue | None:
     if text == "":
         return None
     if len(text.split()) > 1:
-        return tuple(_scalar(word) for word in text.split())
-    return _scalar(text)
-
-
-def _scalar(text: str) -> FlagScalar:
-    low = text.lower()
-    if low == "true":
-        return True
-    if low == "false":
-        return False
-    try:
-        return int(text)
-    except ValueError:
-        pass
-    try:
-        return float(text)
-    except ValueError:
-        return text
+        return tuple(scalar(word) for word in text.split())
+    return scalar(text)
 
 
 def parse_flags(text: str) -> dict[str, FlagValue | None]:

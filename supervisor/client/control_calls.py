@@ -40,6 +40,13 @@ from supervisor.contract.actions import (
     StatusRequest,
 )
 from supervisor.contract.status import FlagValue, Status, StreamItem
+from supervisor.contract.tuning import (
+    FlagRange,
+    TuneStartRequest,
+    TuneStartResult,
+    TuneStopRequest,
+    TuneStopResult,
+)
 
 Req = TypeVar("Req")
 Res = TypeVar("Res")
@@ -97,6 +104,13 @@ class ControlCalls(ABC):
 
     async def reset(self, server: str) -> ResetResult:
         return await self.call(api.RESET, ResetRequest(server))
+
+    async def tune_start(self, space: tuple[FlagRange, ...] = (), *, server: str | None = None,
+                         max_trials: int | None = None, force: bool = False) -> TuneStartResult:
+        return await self.call(api.TUNE_START, TuneStartRequest(space, server, max_trials, force))
+
+    async def tune_stop(self) -> TuneStopResult:
+        return await self.call(api.TUNE_STOP, TuneStopRequest())
 
 
 def shortcuts() -> frozenset[str]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 
+from supervisor.client.tuning_text import tune_start_text, tune_stop_text, tuning_lines
 from supervisor.contract import status as c
 from supervisor.contract.actions import (
     MaxTokensResult,
@@ -19,6 +20,7 @@ from supervisor.contract.actions import (
     RetuneResult,
 )
 from supervisor.contract.figure_text import duration, truncation
+from supervisor.contract.tuning import TuneStartResult, TuneStopResult
 
 
 def si(x: float) -> str:
@@ -147,6 +149,8 @@ def report(s: c.Status, source: str) -> str:
     cont = continuation_line(s.continuation, s.max_tokens) if s.continuation else None
     if cont:
         out.append(f"continue {cont}")
+    for i, line in enumerate(tuning_lines(s.tuning)):
+        out.append(("tuning   " if i == 0 else " " * 9) + line)
     b = s.breaker
     if b is not None and b.samples and b.error_rate:
         kinds = ", ".join(f"{e.kind} {e.count}" for e in b.errors)
@@ -228,4 +232,8 @@ def result_text(record: object) -> str:
         return f"retune {changes}; restarting {', '.join(record.order)} in this order"
     if isinstance(record, ResetResult):
         return f"{record.server} was {record.was.value}: starting again"
+    if isinstance(record, TuneStartResult):
+        return tune_start_text(record)
+    if isinstance(record, TuneStopResult):
+        return tune_stop_text(record)
     return str(record)

@@ -1,6 +1,6 @@
 """`dflash-supervisor ctl ACTION ...`: act on the running daemon through its control socket,
 for scripts and for people without the TUI (max-tokens, requeue, pause, resume, restart,
-retune, reset, log).
+retune, reset, log, tune start/stop).
 
 Each subcommand is an entry of the control API's table (contract/api.py) by name, and its
 arguments are named after the fields of the entry's request record: the record is built
@@ -23,6 +23,7 @@ from supervisor.client.control_client import (
     ControlUnreachable,
 )
 from supervisor.client.exit_codes import EXIT_CODES, EXIT_OK, PROG, fail
+from supervisor.client.flag_space import SpaceSyntaxError, join_space, parse_range
 from supervisor.client.text import result_text
 from supervisor.commands.status import socket_for
 from supervisor.contract.actions import FlagSetting, LogTail
@@ -73,6 +74,60 @@ class _Flags(argparse.Action):
         setattr(namespace, self.dest, tuple({f.name: f for f in values}.values()))
 
 
+def _flag_range(spec: str) -> Any:
+    try:
+        return parse_range(spec)
+    except SpaceSyntaxError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def _trials(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number of trials above 0, got {text!r}")
+    return n
+
+
+class _Space(argparse.Action):
+    """`--space A=1,2 B=3,4` and `--space A=1,2 --space B=3,4` are one space; a flag named
+    twice is refused."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: Any, option_string: str | None = None) -> None:
+        try:
+            space = join_space([*(getattr(namespace, self.dest) or ()), *values])
+        except SpaceSyntaxError as exc:
+            parser.error(f"argument --space: {exc}")
+        setattr(namespace, self.dest, space)
+
+
+def _tune_start_arguments(a: argparse.ArgumentParser) -> None:
+    a.add_argument("--space", nargs="+", type=_flag_range, action=_Space, default=(),
+                   metavar="FLAG=V1,V2", help="the flags to search and their values in the "
+                   "order tried (default: [tune] or the built-in space)")
+    a.add_argument("--server", help="the canary (default: the tuner picks one)")
+    a.add_argument("--max-trials", type=_trials, metavar="N", help="the trial budget (default: [tune])")
+    a.add_argument("--force", action="store_true",
+                   help="tune even where the remaining job does not pay for a trial")
+
+
+def _tune_parsers(sub: Any) -> None:
+    """`tune start` / `tune stop` as the issue spells them, and the table's own names
+    `tune-start` / `tune-stop`; `entry` says which table entry a parser stands for."""
+    start_help = "start the canary search for faster server flags"
+    stop_help = "stop the search; the canary goes back to the best flags known"
+    tune = sub.add_parser("tune", help="the tuner: start or stop its search")
+    verbs = tune.add_subparsers(dest="verb", required=True, metavar="start|stop")
+    for parent, start, stop in ((verbs, "start", "stop"), (sub, "tune-start", "tune-stop")):
+        a = parent.add_parser(start, help=start_help)
+        _tune_start_arguments(a)
+        a.set_defaults(entry="tune-start")
+        parent.add_parser(stop, help=stop_help).set_defaults(entry="tune-stop")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog=f"{PROG} ctl", description="Act on a running daemon "
                                 "through its control socket.", epilog=EXIT_CODES,
@@ -112,12 +167,13 @@ def build_parser() -> argparse.ArgumentParser:
     a = sub.add_parser("log", help="the tail of a server's log")
     a.add_argument("server")
     a.add_argument("-n", "--lines", type=int, default=50)
+    _tune_parsers(sub)
     return p
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(list(sys.argv[1:] if argv is None else argv))
-    endpoint = _BY_NAME[args.action]
+    endpoint = _BY_NAME[getattr(args, "entry", None) or args.action]
     request = request_of(endpoint, args)
     with ControlClient(socket_for(args.socket, args.state)) as client:
         try:

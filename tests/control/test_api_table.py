@@ -20,6 +20,7 @@ from supervisor.commands import ctl
 from supervisor.contract import actions as a
 from supervisor.contract.api import ENDPOINTS, STATUS, Endpoint, Wire
 from supervisor.contract.codec import ContractError, to_plain
+from supervisor.contract.tuning import TuneStartRequest, TuneStopRequest
 from supervisor.control.actions import Actions
 from tests.control.test_socket_api import request as raw_request
 from tests.fixtures import control_daemon as daemon
@@ -214,6 +215,8 @@ CTL = [
      a.RetuneRequest((a.FlagSetting("a", None), a.FlagSetting("b", "x")), "gpu1")),
     (["reset", "gpu5"], a.ResetRequest("gpu5")),
     (["log", "gpu0", "-n", "7"], a.LogRequest("gpu0", 7)),
+    (["tune-start", "--server", "gpu1", "--force"], TuneStartRequest(server="gpu1", force=True)),
+    (["tune-stop"], TuneStopRequest()),
 ]
 
 

@@ -116,6 +116,14 @@ def test_demo_tui_in_a_terminal(term: Terminal) -> None:
     term.wait_for(lambda s: "dflash-tui keys" in s, "the help screen")
     term.keys("Escape")
 
+    # The tuner's screen: what the search does (or that none runs), and back.
+    term.keys("T")
+    tuning = term.wait_for(lambda s: "Tuning: the canary search" in s and "esc back" in s,
+                           "the tuning screen")
+    assert "no trials yet" in tuning or "#" in tuning, tuning
+    term.keys("Escape")
+    term.wait_for(lambda s: "server  state" in s, "the main screen again")
+
     term.tmux("resize-window", "-t", term.name, "-x", "80", "-y", "24")
     # Until the TUI has redrawn for the new size (tmux shows the old frame cropped first).
     small = term.wait_for(lambda s: len(s.splitlines()) <= 24 and "gpu2" in s

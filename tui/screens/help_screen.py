@@ -72,7 +72,7 @@ class HelpScreen(ModalScreen[None]):
             row = f" [b]{keys:<8}[/b] {description}"
             lines.append(f"[dim]{row}[/dim]" if off else row)
         lines.append(f" {NAVIGATION}")
-        lines.append("")
+        # No blank line before the columns: 80x24 has room for every key and no more.
         lines += [f" [b]{name:<9}[/b] {what}" for name, what in COLUMNS]
         lines.append("")
         lines.append(" " + AUDIT_NOTE)

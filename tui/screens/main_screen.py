@@ -27,9 +27,11 @@ from tui.dialogs.confirm_dialog import ConfirmDialog
 from tui.dialogs.max_tokens_dialog import MaxTokensChoice, MaxTokensDialog
 from tui.dialogs.pause_dialog import PauseDialog
 from tui.dialogs.retune_dialog import RetuneChoice, RetuneDialog
+from tui.dialogs.tune_start_dialog import TuneStartDialog
 from tui.link_state import LinkState
 from tui.screens.help_screen import QUIT_LEAVES_DAEMON, HelpScreen
 from tui.screens.server_log_screen import ServerLogScreen
+from tui.screens.tuning_screen import TuningScreen
 from tui.widgets.activity.event_list import EventList
 from tui.widgets.activity.upload_panel import UploadPanel
 from tui.widgets.alert_banner import AlertBanner
@@ -59,6 +61,9 @@ class MainScreen(Screen[None]):
         Binding("p", "resume", "resume", tooltip="resume dispatch"),
         Binding("R", "restart_all", "restart all",
                 tooltip="rolling restart of every server (confirm)"),
+        # Not in the footer (80 columns are full: quit would be cut); `?` lists it.
+        Binding("T", "tuning", "tuning", show=False,
+                tooltip="the tuner: its search and trials; start or stop it there"),
         Binding("question_mark", "help", "help", key_display="?", tooltip="this screen"),
         Binding("q", "app.quit", "quit", tooltip=QUIT_LEAVES_DAEMON),
     ]
@@ -80,11 +85,12 @@ class MainScreen(Screen[None]):
         self.max_tokens_dialog = MaxTokensDialog()
         self.pause_dialog = PauseDialog()
         self.retune_dialog = RetuneDialog()
+        self.tune_start_dialog = TuneStartDialog()
         self.help_screen = HelpScreen(ServerTable.BINDINGS + self.BINDINGS, readonly, quit_text)
 
     def _dialogs(self) -> tuple[Screen[object], ...]:
         return (self.confirm_dialog, self.max_tokens_dialog, self.pause_dialog,
-                self.retune_dialog, self.help_screen)
+                self.retune_dialog, self.tune_start_dialog, self.help_screen)
 
     def on_mount(self) -> None:
         # Installed, a dialog survives being dismissed; one set per main screen (the fleet
@@ -185,7 +191,7 @@ class MainScreen(Screen[None]):
                         title="requeue truncated")
             return
         how_many = f"{n:,} prompts" if n is not None else "every prompt"
-        self._confirm(
+        self.confirm(
             "Requeue truncated",
             f"Send {how_many} cut off under a lower limit than {s.max_tokens:,} tokens back "
             "to pending? Each new answer replaces the old line in its shard. Answers caught "
@@ -198,7 +204,7 @@ class MainScreen(Screen[None]):
             return
         caught = s.quality.looping_total
         loops = f" ({caught:,} caught looping so far)" if caught else ""
-        self._confirm(
+        self.confirm(
             "Requeue truncated, loops included",
             f"Send every prompt cut off under a lower limit than {s.max_tokens:,} tokens back "
             f"to pending, answers caught looping included{loops}? A looping answer usually "
@@ -220,17 +226,20 @@ class MainScreen(Screen[None]):
     def action_resume(self) -> None:
         s = self.status
         why = "; ".join(f"{p.source}: {p.reason}" for p in s.paused) if s else ""
-        self._confirm("Resume", f"Resume dispatch? Paused by {why}.", "Resume",
+        self.confirm("Resume", f"Resume dispatch? Paused by {why}.", "Resume",
                       lambda: self.act("resume", self.daemon.resume, answer_text.resume))
 
     def action_restart_all(self) -> None:
         s = self.status
         names = ", ".join(x.name for x in s.servers) if s else ""
-        self._confirm("Rolling restart",
+        self.confirm("Rolling restart",
                       f"Restart every server, one at a time, each READY before the next "
                       f"({names})? In-flight requests finish first.", "Restart all",
                       lambda: self.act("restart all", lambda: self.daemon.restart(None),
                                        answer_text.restart))
+
+    def action_tuning(self) -> None:
+        self.app.push_screen(TuningScreen(self))
 
     def action_help(self) -> None:
         self.app.push_screen(self.help_screen)
@@ -246,7 +255,7 @@ class MainScreen(Screen[None]):
                         "restarts it; restart it where it runs", title="restart",
                         severity="warning")
             return
-        self._confirm("Restart server",
+        self.confirm("Restart server",
                       f"Restart {name} ({event.server.state.value})? Its in-flight requests "
                       "finish first, then it stops and starts again.", "Restart",
                       lambda: self.act(f"restart {name}", lambda: self.daemon.restart(name),
@@ -258,7 +267,7 @@ class MainScreen(Screen[None]):
         if event.server.state is not ServerState.FAILED:
             self.notify(f"{name} is {event.server.state.value}, not FAILED", title="reset")
             return
-        self._confirm("Reset FAILED server",
+        self.confirm("Reset FAILED server",
                       f"Clear {name}'s failure history and start it again? It failed with: "
                       f"{event.server.state_reason}", "Reset",
                       lambda: self.act(f"reset {name}", lambda: self.daemon.reset(name),
@@ -277,7 +286,7 @@ class MainScreen(Screen[None]):
     def show_log(self, event: ServerTable.LogRequested) -> None:
         self.app.push_screen(ServerLogScreen(self.daemon, event.server.name))
 
-    def _confirm(self, title: str, question: str, yes: str,
+    def confirm(self, title: str, question: str, yes: str,
                  then: Callable[[], object]) -> None:
         def answered(ok: bool | None) -> None:
             if ok:
