@@ -20,6 +20,7 @@ from supervisor.commands import ctl
 from supervisor.contract import actions as a
 from supervisor.contract.api import ENDPOINTS, STATUS, Endpoint, Wire
 from supervisor.contract.codec import ContractError, to_plain
+from supervisor.contract.tuning import TuneStartRequest, TuneStopRequest
 from supervisor.control.actions import Actions
 from tests.control.test_socket_api import request as raw_request
 from tests.fixtures import control_daemon as daemon
@@ -42,6 +43,8 @@ EXAMPLES: dict[str, tuple[Any, int | None]] = {
     "retune": (a.RetuneRequest((a.FlagSetting("max-running-requests", 8),), "gpu1"), None),
     "restart": (a.RestartRequest("gpu9"), 404),
     "reset": (a.ResetRequest("gpu1"), 409),
+    "tune-start": (TuneStartRequest(server="gpu9"), 404),
+    "tune-stop": (TuneStopRequest(), 409),
 }
 
 

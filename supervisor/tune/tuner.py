@@ -1,0 +1,399 @@
+"""The tuner: runs the canary search in the job's task group (issue 39).
+
+`Tuner(fleet, dispatcher, astore, live, eta=...)`; `await tuner.start(TuneStartRequest(...),
+actor, tg)` starts a search (the control socket's tune-start, or `[tune] enabled`), `await
+tuner.stop(actor)` ends one, `tuner.tuning()` is what the status snapshot carries.
+
+One search: wait for every own server to be READY, judge whether a trial pays (worth.py),
+measure a baseline window (canary / controls), then per candidate (search.py): retune the
+canary alone (the fleet's drain-and-restart: nothing lost or duplicated), skip its warm-up,
+measure a window, judge it (safety.py). A candidate not kept puts the canary back on the best
+flags known. The winner is promoted to the other servers one at a time (a rolling retune) and
+kept in the state DB (tune_flags), so the next daemon starts with it. A trial's crash is not
+counted toward the restart policy (ManagedServer.trial).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import anyio.abc
+
+from state.async_store import AsyncStore
+from state.store import Store
+from supervisor.config import TuneSection
+from supervisor.config.live_settings import LiveSettings
+from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.server_status import Flag, flag_value
+from supervisor.contract.tuning import (
+    FlagRange,
+    Trial,
+    TrialVerdict,
+    TuneStartRequest,
+    TuneStartResult,
+    TuneState,
+    TuneStopResult,
+    Tuning,
+)
+from supervisor.servers.fleet import Fleet, RollBusy, RollingResult
+from supervisor.servers.server_state import ServerState
+from supervisor.tune.kept_flags import flag_lines
+from supervisor.tune.measure import (
+    Sample,
+    Window,
+    WindowRule,
+    combined_noise,
+    gain_of,
+    warmed_up,
+    window_done,
+    window_of,
+)
+from supervisor.tune.safety import TrialOutcome, judge
+from supervisor.tune.search import Candidate, Search, ServerView, default_space, flags_change
+from supervisor.tune.worth import worth_it
+
+log = logging.getLogger("supervisor.tune")
+SHOWN_TRIALS = 20
+
+
+class TuneRefused(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+async def start_from_config(tuner: Tuner, tg: anyio.abc.TaskGroup) -> None:
+    """`[tune] enabled = true`: the search starts with the job, as the config's."""
+    try:
+        result = await tuner.start(TuneStartRequest(), "config", tg)
+    except TuneRefused as exc:
+        log.warning("tune: [tune] enabled, but not started: %s", exc.reason)
+        return
+    log.info("tune: started from the config: %s", result.reason)
+
+
+class Tuner:
+    def __init__(self, fleet: Fleet, dispatcher: Any, astore: AsyncStore, live: LiveSettings,
+                 eta: Callable[[], float | None] = lambda: None,
+                 clock: Callable[[], float] = time.time,
+                 monotonic: Callable[[], float] = time.monotonic) -> None:
+        self.fleet, self.dispatcher, self.astore, self.live = fleet, dispatcher, astore, live
+        self.eta, self.clock, self.monotonic = eta, clock, monotonic
+        self.state = TuneState.OFF
+        self.reason = ""
+        self.canary: str | None = None
+        self.started_by: str | None = None
+        self.best: dict[str, Any] = {}
+        self.gain: float | None = None
+        self.weak = False
+        self.trials: list[Trial] = []
+        self.search: Search | None = None
+        self._scope: anyio.CancelScope | None = None
+        self._stopping = False
+        self._current: Trial | None = None
+        self._last_start_s: float | None = None
+
+    @property
+    def cfg(self) -> TuneSection:
+        return self.live.config.tune
+
+    # -- what the status shows ----------------------------------------------------------------
+
+    def tuning(self) -> Tuning:
+        s = self.search
+        return Tuning(state=self.state, reason=self.reason, canary=self.canary,
+                      started_by=self.started_by,
+                      best=tuple(Flag(k, flag_value(v)) for k, v in self.best.items()),
+                      gain=self.gain, trials_done=s.trials if s else 0,
+                      trials_left=s.trials_left if s else 0,
+                      trials=tuple(self.trials[-SHOWN_TRIALS:]), weak=self.weak)
+
+    @property
+    def running(self) -> bool:
+        return self._scope is not None
+
+    def _say(self, state: TuneState, reason: str) -> None:
+        self.state, self.reason = state, reason
+        log.info("tune: %s: %s", state.value, reason)
+
+    async def _event(self, kind: EventKind, subject: str, detail: dict[str, Any],
+                     actor: str) -> None:
+        await self.astore.call(Store.add_event, kind, subject, detail, actor, self.clock())
+
+    # -- start and stop -----------------------------------------------------------------------
+
+    async def start(self, req: TuneStartRequest, actor: str,
+                    tg: anyio.abc.TaskGroup) -> TuneStartResult:
+        """Checks the request (TuneRefused with a status and one line), then starts the search
+        in `tg` and answers at once."""
+        if self.running:
+            raise TuneRefused(409, f"a search runs already on {self.canary} ({self.state.value})"
+                                   f": stop it first")
+        own = [s.name for s in self.fleet.own_servers]
+        if not own:
+            raise TuneRefused(409, "tune: the daemon runs no server of its own to tune")
+        canary = req.server or own[0]
+        if canary not in self.fleet.servers:
+            raise TuneRefused(404, f"tune: no server named {canary!r} (have "
+                                   f"{', '.join(self.fleet.servers)})")
+        if canary not in own:
+            raise TuneRefused(409, f"tune: {canary} is attached, not launched by the daemon")
+        max_trials = req.max_trials if req.max_trials is not None else self.cfg.max_trials
+        if max_trials < 1:
+            raise TuneRefused(400, f"tune: max_trials must be >= 1, got {max_trials}")
+        for r in req.space:
+            if not r.values or r.name.startswith("-"):
+                raise TuneRefused(400, f"tune: space {r.name!r}: a flag without dashes and "
+                                       f"at least one value")
+        space = req.space or tuple(FlagRange(k, tuple(v)) for k, v in self.cfg.space.items())
+        self.canary, self.started_by = canary, actor
+        self.trials, self.gain, self.search = [], None, None
+        self.best = self.fleet.flags(canary)
+        self._stopping = False
+        self._say(TuneState.WAITING, f"tuning {canary}: waiting for every server to be READY")
+        scope = self._scope = anyio.CancelScope()
+        tg.start_soon(self._run_in, scope, canary, space, max_trials, req.force, actor,
+                      name=f"tuner on {canary}")
+        return TuneStartResult(state=self.state, reason=self.reason, canary=canary,
+                               space=space, max_trials=max_trials)
+
+    async def stop(self, actor: str) -> TuneStopResult:
+        was = self.state
+        if not self.running:
+            raise TuneRefused(409, f"tune: no search runs ({was.value})")
+        # Answered at once: putting the canary back on the best flags is a restart (minutes),
+        # followed through the event stream like any retune.
+        self._stopping = True
+        assert self._scope is not None
+        self._scope.cancel()
+        s = self.search
+        return TuneStopResult(was=was, trials_done=s.trials if s else 0,
+                              best=tuple(Flag(k, flag_value(v)) for k, v in self.best.items()))
+
+    # -- the search ---------------------------------------------------------------------------
+
+    async def _run_in(self, scope: anyio.CancelScope, canary: str,
+                      space: tuple[FlagRange, ...], max_trials: int, force: bool,
+                      actor: str) -> None:
+        try:
+            with scope:
+                try:
+                    await self._search(canary, space, max_trials, force, actor)
+                except Exception as exc:   # the job runs on: a tuner's bug stops the tuner
+                    log.exception("tune: the search on %s failed", canary)
+                    self._say(TuneState.OFF, f"the search failed: {exc!r}")
+            if scope.cancel_called:
+                await self._stopped(canary, actor)
+        finally:
+            self._scope = None
+
+    async def _stopped(self, canary: str, actor: str) -> None:
+        """The operator stopped it (a daemon stop cancels the task group and ends here
+        without a retune): a trial in progress is aborted, its canary put back."""
+        with anyio.CancelScope(shield=True):
+            if self._current is not None:
+                await self._end_trial(self._current, TrialVerdict.ABORTED, "stopped by the "
+                                      "operator", None)
+                await self._retune(canary, self.best, actor, "back to the best flags known")
+            self._say(TuneState.OFF, f"stopped by {actor}")
+            await self._event(EventKind.TUNE_STOPPED, canary,
+                              {"why": self.reason, "best": self.best}, actor)
+
+    async def _search(self, canary: str, space: tuple[FlagRange, ...], max_trials: int,
+                      force: bool, actor: str) -> None:
+        await self._wait_all_ready()
+        snap = {s.name: s for s in self.fleet.snapshot()}[canary]
+        controls = [s.name for s in self.fleet.snapshot()
+                    if s.name != canary and s.state is ServerState.READY]
+        self.weak = not controls
+        if not space:
+            view = ServerView(effective_mrr=snap.max_running or None,
+                              queue_reqs=snap.sglang.queued, token_usage=snap.sglang.token_usage)
+            space = default_space(self.best, view)
+        search = self.search = Search(dict(self.best), space, max_trials)
+        rule = WindowRule(self.cfg.min_window_s, self.cfg.max_window_s, self.cfg.min_answers,
+                          self.cfg.noise_k)
+        worth = worth_it(self.eta(), self._startup_s(), self.cfg.min_window_s,
+                         len(self.fleet.own_servers), force)
+        await self._event(EventKind.TUNE_STARTED, canary, {
+            "space": {r.name: list(r.values) for r in space}, "max_trials": max_trials,
+            "controls": controls, "weak": self.weak, "worth": worth.reason}, actor)
+        if not worth.pays:
+            self._say(TuneState.NOT_WORTH_IT, worth.reason)
+            await self._event(EventKind.TUNE_STOPPED, canary, {"why": worth.reason}, actor)
+            return
+        weak = " (one server: the canary before vs after, a weaker measure)" if self.weak else ""
+        self._say(TuneState.MEASURING, f"baseline window on {canary}{weak}")
+        before = await self._window(canary, controls, rule, None)
+        while (candidate := search.next()) is not None:
+            before = await self._trial(canary, controls, candidate, before, rule, actor)
+        if search.gained():
+            await self._promote(canary, actor)
+        self._say(TuneState.DONE, f"{search.trials} trials; best: {search.gained() or 'the start'}")
+        await self._event(EventKind.TUNE_STOPPED, canary,
+                          {"why": self.reason, "best": self.best, "gain": self.gain}, actor)
+
+    async def _trial(self, canary: str, controls: list[str], c: Candidate, before: Window,
+                     rule: WindowRule, actor: str) -> Window:
+        """One candidate: returns the window the next trial compares against."""
+        assert self.search is not None
+        tid = await self.astore.call(Store.add_tune_trial, canary, c.changed, c.flags,
+                                     self.clock())
+        trial = self._current = Trial(id=tid, server=canary, changed=c.changed,
+                                      flags=tuple(Flag(k, flag_value(v)) for k, v in c.flags.items()),
+                                      started_at=self.clock())
+        self.trials.append(trial)
+        self._say(TuneState.TRIAL, f"trial {tid} on {canary}: {c.changed}")
+        await self._event(EventKind.TUNE_TRIAL, canary, {"id": tid, "changed": c.changed,
+                                                         "phase": "restarting"}, actor)
+        server = {s.name: s for s in self.fleet.own_servers}[canary]
+        server.trial = f"tuning trial {tid}"
+        try:
+            result = await self._retune(canary, c.flags, actor, f"trial {tid}: {c.changed}")
+        finally:
+            server.trial = None
+        after: Window | None = None
+        if result.ok:
+            retracted_at = self._retractions(canary)
+            after, died = await self._measured(canary, controls, rule, before)
+            retracted = self._retractions(canary)
+            outcome = TrialOutcome(
+                True, died=died, gain=gain_of(before, after) if after else None,
+                noise=combined_noise(before, after) if after else None,
+                noise_k=self.cfg.noise_k, answers=after.answers if after else 0,
+                retracted=None if retracted is None or retracted_at is None
+                else retracted - retracted_at)
+        else:
+            outcome = TrialOutcome(False, result.reason or "not READY")
+        verdict, why = judge(outcome)
+        self.search.report(c, verdict)
+        await self._end_trial(trial, verdict, why, (before, after, outcome))
+        if verdict is TrialVerdict.KEPT:
+            assert after is not None
+            self.best = dict(c.flags)
+            self.gain = (1 + (self.gain or 0.0)) * (1 + (outcome.gain or 0.0)) - 1
+            await self.astore.call(Store.set_tune_flags, canary, self.best, self.clock(), tid)
+            return after
+        await self._retune(canary, self.best, actor, f"trial {tid} {verdict.value}: back to "
+                                                     f"the best flags known")
+        return before
+
+    async def _end_trial(self, trial: Trial, verdict: TrialVerdict, why: str,
+                         figures: tuple[Window, Window | None, TrialOutcome] | None) -> None:
+        fields: dict[str, Any] = {"ended_at": self.clock(), "verdict": verdict, "reason": why}
+        if figures is not None:
+            before, after, o = figures
+            fields.update(ratio_before=before.ratio, gain=o.gain, noise=o.noise)
+            if after is not None:
+                fields.update(window_s=after.span_s, answers=after.answers,
+                              canary_tok_s=after.canary_tok_s,
+                              controls_tok_s=after.controls_tok_s, ratio_after=after.ratio)
+        await self.astore.call(Store.end_tune_trial, trial.id, **fields)
+        ended = replace(trial, phase="ended", **fields)
+        self.trials = [ended if t.id == trial.id else t for t in self.trials]
+        self._current = None
+        log.info("tune: trial %d on %s (%s): %s: %s", trial.id, trial.server, trial.changed,
+                 verdict.value, why)
+        await self._event(EventKind.TUNE_TRIAL, trial.server,
+                          {"id": trial.id, "changed": trial.changed, "phase": "ended",
+                           **{k: (str(v) if k == "verdict" else v) for k, v in fields.items()}},
+                          "supervisor")
+
+    async def _promote(self, canary: str, actor: str) -> None:
+        """The winner to every other own server, one at a time; its config lines logged."""
+        others = [s.name for s in self.fleet.own_servers if s.name != canary]
+        for name in others:
+            self._say(TuneState.PROMOTING, f"promoting the best flags to {name}")
+            result = await self._retune(name, self.best, actor, "promotion")
+            if not result.ok:
+                self.reason = f"promotion stopped at {name}: {result.reason}"
+                log.warning("tune: %s", self.reason)
+                return
+            await self.astore.call(Store.set_tune_flags, name, self.best, self.clock(), None)
+            await self._event(EventKind.TUNE_PROMOTED, name, {"flags": self.best}, actor)
+        log.info("tune: put these lines in the config to keep the flags found:\n%s",
+                 "\n".join(flag_lines(self.best)))
+
+    # -- the fleet and the figures ------------------------------------------------------------
+
+    async def _retune(self, name: str, flags: Mapping[str, Any], actor: str,
+                      why: str) -> RollingResult:
+        change = flags_change(self.fleet.flags(name), flags)
+        if not change:
+            return RollingResult((name,))
+        while True:
+            try:
+                ticket = self.fleet.reserve_roll(f"tuner: {why}")
+            except RollBusy:
+                await anyio.sleep(1.0)     # an operator's roll runs: the tuner waits its turn
+                continue
+            began = self.monotonic()
+            result = await self.fleet.retune(change, name, actor, ticket)
+            if result.ok:
+                self._last_start_s = self.monotonic() - began
+            return result
+
+    async def _wait_all_ready(self) -> None:
+        while not all(s.state is ServerState.READY for s in self.fleet.own_servers):
+            with anyio.move_on_after(5.0):
+                await self.fleet.wait_changed()
+
+    def _startup_s(self) -> float:
+        """The last restart the tuner saw take (drain, stop, load), else a quarter of the
+        startup timeout (a model load on a real node takes a few minutes of its 20)."""
+        if self._last_start_s is not None:
+            return self._last_start_s
+        return float(self.live.config.servers.startup_timeout_s) / 4
+
+    def _retractions(self, name: str) -> float | None:
+        snap = {s.name: s for s in self.fleet.snapshot()}[name]
+        return snap.sglang.retractions_total
+
+    def _sample(self) -> Sample:
+        names = list(self.fleet.servers)
+        progress = {n: self.dispatcher.progress(n) for n in names}
+        return Sample(self.monotonic(), {n: p.kept_tokens for n, p in progress.items()},
+                      {n: p.answered for n, p in progress.items()})
+
+    async def _measured(self, canary: str, controls: list[str], rule: WindowRule,
+                        before: Window) -> tuple[Window | None, str | None]:
+        """After the warm-up, the trial's window; or why the canary left READY meanwhile."""
+        self._say(TuneState.TRIAL, f"{self.reason.split(':')[0]}: warming up")
+        ready_at = self.monotonic()
+        start = self._sample()
+        while True:
+            died = self._left_ready(canary)
+            if died is not None:
+                return None, died
+            now = self._sample()
+            answers = now.answers.get(canary, 0) - start.answers.get(canary, 0)
+            if warmed_up(now.at - ready_at, answers, self.cfg.warmup_s, self.cfg.warmup_answers):
+                break
+            await anyio.sleep(min(self.cfg.sample_s, 1.0))
+        self._say(TuneState.TRIAL, f"{self.reason.split(':')[0]}: measuring")
+        return await self._window(canary, controls, rule, before), self._left_ready(canary)
+
+    def _left_ready(self, canary: str) -> str | None:
+        snap = {s.name: s for s in self.fleet.snapshot()}[canary]
+        if snap.state is ServerState.READY:
+            return None
+        return f"{snap.state.value}: {snap.state_reason}"
+
+    async def _window(self, canary: str, controls: list[str], rule: WindowRule,
+                      before: Window | None) -> Window:
+        gpus = {s.name: max(1, len(s.gpus)) for s in self.fleet.snapshot()}
+        samples = [self._sample()]
+        while True:
+            await anyio.sleep(self.cfg.sample_s)
+            samples.append(self._sample())
+            w = window_of(samples, canary, controls, gpus)
+            gain = gain_of(before, w) if before is not None else None
+            noise = combined_noise(before, w) if before is not None else w.noise
+            done, _why = window_done(w, gain, noise, rule)
+            if done or self._left_ready(canary) is not None:
+                return w
