@@ -84,13 +84,20 @@ def ratio_of(first: Sample, last: Sample, canary: str, controls: Sequence[str],
     return None if mean <= 0 else c / mean
 
 
-def _relative_spread(values: Sequence[float]) -> float | None:
-    if len(values) < 2:
+def _pooled_spread(series: Sequence[Sequence[float]]) -> float | None:
+    """The relative spread over sub-windows, pooled over series: each series is divided by
+    its own mean first, so two controls that run at different rates (another GPU model, a
+    different share of long prompts) add no spread of their own, only their wobble does."""
+    pooled: list[float] = []
+    for values in series:
+        if len(values) < 2:
+            continue
+        mean = statistics.fmean(values)
+        if mean > 0:
+            pooled.extend(v / mean for v in values)
+    if len(pooled) < 2:
         return None
-    mean = statistics.fmean(values)
-    if mean <= 0:
-        return None
-    return statistics.stdev(values) / mean
+    return statistics.stdev(pooled)
 
 
 def noise_of(samples: Sequence[Sample], canary: str, controls: Sequence[str],
@@ -99,20 +106,15 @@ def noise_of(samples: Sequence[Sample], canary: str, controls: Sequence[str],
     control against the mean of the others per sub-window (the spread with no change at
     all); fewer: the canary's own ratio per sub-window. None when there is too little."""
     pieces = _split(samples, parts)
-    values: list[float] = []
-    for first, last in pieces:
-        if len(controls) >= 2:
-            for n in controls:
-                others = [o for o in controls if o != n]
-                r = ratio_of(first, last, n, others, gpus)
-                if r is not None:
-                    values.append(r)
-        else:
-            r = ratio_of(first, last, canary, controls, gpus)
-            if r is not None:
-                values.append(r)
-    spread = _relative_spread(values)
-    if spread is None or not pieces:
+    if len(controls) >= 2:
+        pairs = [(n, [o for o in controls if o != n]) for n in controls]
+    else:
+        pairs = [(canary, list(controls))]
+    series = [[r for first, last in pieces
+               if (r := ratio_of(first, last, n, others, gpus)) is not None]
+              for n, others in pairs]
+    spread = _pooled_spread(series)
+    if spread is None:
         return None
     return spread / math.sqrt(len(pieces))
 
