@@ -1,0 +1,67 @@
+"""The tuner in a real job on simulated servers (real child processes, real SQLite, real
+shards): a candidate kept, one that OOMs at start (the canary goes back to the best flags, is
+not FAILED and its failure not counted), and every prompt exactly once in the shards."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from supervisor.contract.tuning import FlagRange, TrialVerdict, TuneStartRequest, TuneState
+from supervisor.job.main_loop import Job
+from supervisor.servers.server_state import ServerState
+from tests.fixtures.real_job import (
+    assert_every_prompt_once,
+    job_config,
+    query,
+    run_job,
+    wait_fleet,
+    wait_for,
+)
+
+pytestmark = pytest.mark.slow
+PROMPTS = 900
+TUNE = {"min_window_s": 1.0, "max_window_s": 3.0, "min_answers": 3, "warmup_s": 0.3,
+        "warmup_answers": 1, "sample_s": 0.25, "noise_k": 3.0, "max_trials": 2}
+
+
+async def test_a_kept_and_an_oom_candidate_nothing_lost(tmp_path: Path) -> None:
+    cfg = job_config(tmp_path / "job", servers=2, prompts=PROMPTS,
+                     flags={"sim-time-scale": 10.0})
+    cfg = type(cfg)(**{**cfg.__dict__, "tune": type(cfg.tune)(**TUNE)})
+    seen: dict[str, object] = {}
+
+    async def drive(job: Job) -> None:
+        fleet = await wait_fleet(job)
+        await wait_for(lambda: all(s.state is ServerState.READY for s in fleet.own_servers)
+                       and job.task_group is not None and job.tuner is not None,
+                       "every server READY")
+        assert job.tuner is not None and job.task_group is not None
+        space = (FlagRange("max-running-requests", (16,)), FlagRange("sim-fault", ("oom",)))
+        got = await job.tuner.start(TuneStartRequest(space=space, server="gpu0", force=True),
+                                    "test", job.task_group)
+        assert got.canary == "gpu0" and got.max_trials == 2
+        await wait_for(lambda: not job.tuner.running, "the search to end", timeout_s=60)
+        seen["tuning"] = job.tuner.tuning()
+        seen["gpu0"] = fleet.servers["gpu0"].snapshot()
+        seen["flags"] = fleet.flags("gpu0")
+
+    job, result = await run_job(cfg, drive, timeout_s=110)
+    tuning = seen["tuning"]
+    assert tuning.state is TuneState.DONE, tuning.reason
+    verdicts = [(t.changed, t.verdict) for t in tuning.trials]
+    assert verdicts[0] == ("max-running-requests 8 -> 16", TrialVerdict.KEPT), tuning.trials
+    assert verdicts[1][1] is TrialVerdict.FAILED, tuning.trials
+    assert "out of memory at start" in (tuning.trials[1].reason or "")
+    # Back on the best flags, READY, and the OOM not counted toward FAILED.
+    assert seen["flags"]["max-running-requests"] == 16 and "sim-fault" not in seen["flags"]
+    assert seen["gpu0"].state is ServerState.READY
+    assert seen["gpu0"].failures_in_window == 0
+    rows = query(cfg, "SELECT verdict FROM tune_trials ORDER BY id")
+    assert rows == [("kept",), ("failed",)]
+    # The winner was promoted to gpu1 and kept for the next daemon.
+    kept = query(cfg, "SELECT server, json_extract(flags, '$.max-running-requests') "
+                      "FROM tune_flags ORDER BY server")
+    assert kept == [("gpu0", 16), ("gpu1", 16)]
+    assert_every_prompt_once(cfg, result, PROMPTS)
