@@ -13,6 +13,7 @@ from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import ConfigError
 from supervisor.config.live_settings import LiveSettings
+from supervisor.demo.config import toml_value
 from supervisor.tune.search import flags_change
 
 log = logging.getLogger("supervisor.tune")
@@ -20,19 +21,10 @@ log = logging.getLogger("supervisor.tune")
 
 def flag_lines(flags: Mapping[str, Any]) -> list[str]:
     """The `[servers.flags]` TOML lines for a flag set."""
-    def toml(v: Any) -> str:
-        if isinstance(v, bool):
-            return "true" if v else "false"
-        if isinstance(v, (int, float)):
-            return repr(v)
-        if isinstance(v, (list, tuple)):
-            return "[" + ", ".join(toml(x) for x in v) + "]"
-        return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
     def key(k: str) -> str:
         return k if k.replace("-", "").replace("_", "").isalnum() else f'"{k}"'
 
-    return ["[servers.flags]"] + [f"{key(k)} = {toml(v)}" for k, v in sorted(flags.items())]
+    return ["[servers.flags]"] + [f"{key(k)} = {toml_value(v)}" for k, v in sorted(flags.items())]
 
 
 async def restore_kept_flags(live: LiveSettings, astore: AsyncStore,
