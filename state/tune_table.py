@@ -64,3 +64,10 @@ class TuneTable(StoreConnection):
     def tune_flags(self) -> dict[str, dict[str, Any]]:
         return {r[0]: json.loads(r[1])
                 for r in self._read("SELECT server, flags FROM tune_flags ORDER BY server")}
+
+    def longest_prompts(self, n: int) -> list[list[dict[str, Any]]]:
+        """The `messages` of the job's n longest prompts (by their JSON's length): the
+        tuner's long-batch probe. A scan of every row: read once per search."""
+        rows = self._read("SELECT messages FROM prompts ORDER BY length(messages) DESC "
+                          "LIMIT ?", (n,))
+        return [json.loads(r[0]) for r in rows]

@@ -354,6 +354,9 @@ class TuneSection:
     noise_k: float = key(3.0, "a gain is kept only when above this many times the noise "
                          "(the spread of the control/control ratio)")
     sample_s: float = key(5.0, "seconds between samples of each server's output tokens")
+    long_batch: bool = key(True, "before a candidate is kept, a full batch of the job's longest "
+                           "prompts at the live max tokens must go through the canary (the OOM "
+                           "that comes only with the first such batch); its answers are dropped")
     space: Mapping[str, Any] = key({}, "the table `[tune.space]`: flag -> list of values to "
                                    "try in order, e.g. `max-running-requests = [32, 64]`",
                                    shown="around what SGLang chose: running requests up, "

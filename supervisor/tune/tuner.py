@@ -23,6 +23,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import httpx
 
 from state.async_store import AsyncStore
 from state.store import Store
@@ -43,6 +44,7 @@ from supervisor.contract.tuning import (
 from supervisor.servers.fleet import Fleet, RollBusy, RollingResult
 from supervisor.servers.server_state import ServerState
 from supervisor.tune.kept_flags import flag_lines
+from supervisor.tune.long_batch import probe_bodies, run_probe
 from supervisor.tune.measure import (
     Sample,
     Window,
@@ -54,7 +56,14 @@ from supervisor.tune.measure import (
     window_of,
 )
 from supervisor.tune.safety import TrialOutcome, judge
-from supervisor.tune.search import Candidate, Search, ServerView, default_space, flags_change
+from supervisor.tune.search import (
+    MRR,
+    Candidate,
+    Search,
+    ServerView,
+    default_space,
+    flags_change,
+)
 from supervisor.tune.worth import worth_it
 
 log = logging.getLogger("supervisor.tune")
@@ -97,6 +106,7 @@ class Tuner:
         self._stopping = False
         self._current: Trial | None = None
         self._last_start_s: float | None = None
+        self._longest: list[list[dict[str, Any]]] | None = None
 
     @property
     def cfg(self) -> TuneSection:
@@ -270,6 +280,9 @@ class Tuner:
                 else retracted - retracted_at)
         else:
             outcome = TrialOutcome(False, result.reason or "not READY")
+        if judge(outcome)[0] is TrialVerdict.KEPT and self.cfg.long_batch:
+            self._say(TuneState.TRIAL, f"trial {tid} on {canary}: long-batch probe")
+            outcome = replace(outcome, probe=await self._long_batch(canary))
         verdict, why = judge(outcome)
         self.search.report(c, verdict)
         await self._end_trial(trial, verdict, why, (before, after, outcome))
@@ -318,6 +331,23 @@ class Tuner:
             await self._event(EventKind.TUNE_PROMOTED, name, {"flags": self.best}, actor)
         log.info("tune: put these lines in the config to keep the flags found:\n%s",
                  "\n".join(flag_lines(self.best)))
+
+    async def _long_batch(self, canary: str) -> str | None:
+        """long_batch.py: a full batch of the longest prompts; None when it went through."""
+        snap = {x.name: x for x in self.fleet.snapshot()}[canary]
+        slots = snap.max_running or int(self.fleet.flags(canary).get(MRR, 0) or 0)
+        if self._longest is None:
+            self._longest = await self.astore.call(Store.longest_prompts, max(1, slots))
+        cfg = self.live.config
+        bodies = probe_bodies(self._longest, slots, cfg.job.model, cfg.generation,
+                              self.dispatcher.max_tokens)
+        if not bodies:
+            return None
+        base_url = {s.name: s for s in self.fleet.own_servers}[canary].spec.base_url
+        # trust_env=False: a proxy in the daemon's environment must never route loopback.
+        async with httpx.AsyncClient(trust_env=False) as client:
+            return await run_probe(client, base_url, bodies, cfg.dispatch.request_timeout_s,
+                                   lambda: self._left_ready(canary))
 
     # -- the fleet and the figures ------------------------------------------------------------
 
