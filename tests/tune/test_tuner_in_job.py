@@ -76,3 +76,42 @@ async def test_kept_rejected_and_oom_candidates_nothing_lost(tmp_path: Path) -> 
                       "FROM tune_flags ORDER BY server")
     assert kept == [("gpu0", 16), ("gpu1", 16)]
     assert_every_prompt_once(cfg, result, PROMPTS)
+
+
+async def test_stop_mid_trial_puts_the_canary_back(tmp_path: Path) -> None:
+    # noise_k this high: the trial's window never ends early, so the stop finds it measuring.
+    tune = {**TUNE, "noise_k": 1000.0, "max_window_s": 30.0, "long_batch": False}
+    cfg = job_config(tmp_path / "job", servers=2, prompts=700,
+                     flags={"sim-time-scale": 10.0})
+    cfg = type(cfg)(**{**cfg.__dict__, "tune": type(cfg.tune)(**tune)})
+    seen: dict[str, object] = {}
+
+    async def drive(job: Job) -> None:
+        fleet = await wait_fleet(job)
+        await wait_for(lambda: all(s.state is ServerState.READY for s in fleet.own_servers)
+                       and job.task_group is not None and job.tuner is not None,
+                       "every server READY")
+        tuner = job.tuner
+        assert tuner is not None and job.task_group is not None
+        space = (FlagRange("max-running-requests", (16,)),)
+        await tuner.start(TuneStartRequest(space=space, server="gpu1", force=True), "test",
+                          job.task_group)
+        await wait_for(lambda: tuner.state is TuneState.TRIAL and "measuring" in tuner.reason,
+                       "the trial to measure", timeout_s=30)
+        assert fleet.flags("gpu1")["max-running-requests"] == 16
+        stopped = await tuner.stop("test")
+        assert stopped.was is TuneState.TRIAL and stopped.trials_done == 0
+        await wait_for(lambda: not tuner.running, "the stop to finish", timeout_s=30)
+        seen["tuning"] = tuner.tuning()
+        seen["flags"] = fleet.flags("gpu1")
+        seen["state"] = fleet.servers["gpu1"].state
+
+    _job, result = await run_job(cfg, drive, timeout_s=90)
+    tuning = seen["tuning"]
+    assert tuning.state is TuneState.OFF and tuning.reason == "stopped by test"
+    assert [t.verdict for t in tuning.trials] == [TrialVerdict.ABORTED]
+    assert seen["flags"]["max-running-requests"] == 8 and seen["state"] is ServerState.READY
+    assert query(cfg, "SELECT verdict, reason FROM tune_trials") == [
+        ("aborted", "stopped by the operator")]
+    assert query(cfg, "SELECT count(*) FROM tune_flags") == [(0,)]
+    assert_every_prompt_once(cfg, result, 700)
