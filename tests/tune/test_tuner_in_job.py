@@ -22,7 +22,7 @@ from tests.fixtures.real_job import (
 
 pytestmark = pytest.mark.slow
 PROMPTS = 1200
-TUNE = {"min_window_s": 1.0, "max_window_s": 3.0, "min_answers": 3, "warmup_s": 0.3,
+TUNE = {"min_window_s": 2.0, "max_window_s": 4.0, "min_answers": 3, "warmup_s": 0.3,
         "warmup_answers": 1, "sample_s": 0.25, "noise_k": 1.0, "max_trials": 3}
 # Every simulated answer here takes the same 0.5 s, so answers end in bursts and a window of
 # seconds is noisy: k = 1 keeps the doubled slots (+100%) clear of it.
