@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from supervisor.contract.tuning import FlagRange, TrialVerdict
+from supervisor.sglang.mamba_cap import MambaCap
 
 MRR = "max-running-requests"
 MEM = "mem-fraction-static"
@@ -34,7 +35,7 @@ class ServerView:
     effective_mrr: int | None = None     # effective_max_running_requests_per_dp x dp
     queue_reqs: float | None = None      # num_queue_reqs: requests SGLang holds back
     token_usage: float | None = None     # KV pool use, 0..1
-    mamba_cap: int | None = None         # the Mamba cache size SGLang capped requests by
+    mamba: MambaCap | None = None        # SGLang capped running requests by its Mamba cache
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,18 @@ def default_space(flags: Mapping[str, Any], view: ServerView) -> tuple[FlagRange
     queues nothing and KV has room (otherwise more requests only wait in SGLang's queue);
     the Mamba cache only when SGLang capped requests by it; memory fraction in small steps."""
     space: list[FlagRange] = []
-    if view.mamba_cap is not None:
-        base = int(flags.get(MAMBA, view.mamba_cap))
-        space.append(FlagRange(MAMBA, tuple(int(base * m) for m in (1.5, 2.5))))
     mrr = flags.get(MRR, view.effective_mrr)
     queues = view.queue_reqs is not None and view.queue_reqs > 0
     full = view.token_usage is not None and view.token_usage >= KV_ROOM
-    if mrr is not None and (not (queues or full) or view.mamba_cap is not None):
+    if view.mamba is not None:
+        # The cap, not the KV pool, sets the running requests: first a cache that lets the
+        # flag's requests (at least twice the cap) run, or twice that; then the flag up to
+        # match a cache that allows more (a value equal to the flag is skipped).
+        cap = view.mamba
+        base = max(int(flags.get(MRR) or 0), 2 * cap.running)
+        space.append(FlagRange(MAMBA, (cap.cache_for(base), cap.cache_for(2 * base))))
+        space.append(FlagRange(MRR, (base, 2 * base)))
+    elif mrr is not None and not (queues or full):
         space.append(FlagRange(MRR, tuple(int(mrr) * m for m in (2, 3, 4))))
     mem = float(flags.get(MEM, MEM_DEFAULT))
     steps = [round(mem + 0.02 * i, 2) for i in (1, 2, 3)]

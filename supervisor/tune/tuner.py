@@ -43,6 +43,7 @@ from supervisor.contract.tuning import (
 )
 from supervisor.servers.fleet import Fleet, RollBusy, RollingResult
 from supervisor.servers.server_state import ServerState
+from supervisor.sglang.mamba_cap import mamba_cap
 from supervisor.tune.kept_flags import flag_lines
 from supervisor.tune.long_batch import probe_bodies, run_probe
 from supervisor.tune.measure import (
@@ -222,8 +223,12 @@ class Tuner:
                     if s.name != canary and s.state is ServerState.READY]
         self.weak = not controls
         if not space:
+            # What SGLang chose: the effective max running requests its /server_info gave
+            # (the fleet's READY life reads it), its queue and KV use, the Mamba cap it logged.
+            log_lines = self.fleet.recent_log(canary, 5000)
             view = ServerView(effective_mrr=snap.max_running or None,
-                              queue_reqs=snap.sglang.queued, token_usage=snap.sglang.token_usage)
+                              queue_reqs=snap.sglang.queued, token_usage=snap.sglang.token_usage,
+                              mamba=mamba_cap(log_lines))
             space = default_space(self.best, view)
         search = self.search = Search(dict(self.best), space, max_trials)
         rule = WindowRule(self.cfg.min_window_s, self.cfg.max_window_s, self.cfg.min_answers,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from supervisor.contract.tuning import FlagRange, TrialVerdict
+from supervisor.sglang.mamba_cap import MambaCap, mamba_cap
 from supervisor.tune.search import (
     MAMBA,
     MEM,
@@ -66,9 +67,20 @@ def test_default_space_follows_what_sglang_chose() -> None:
     # Queueing and no Mamba cap: more running requests would only wait in SGLang's queue.
     queued = default_space({MEM: 0.93}, ServerView(effective_mrr=16, queue_reqs=3))
     assert [r.name for r in queued] == [MEM] and queued[0].values == (0.95,)
-    capped = default_space({}, ServerView(effective_mrr=16, mamba_cap=80, queue_reqs=2))
+    # The seed's job: 16 running requests from a Mamba cache of 80 slots, 5 a request.
+    lines = ["[2026-01-01] WARNING kv_cache_configurator.py:3140: max_running_requests is "
+             "capped to 16 by the mamba state cache (max_mamba_cache_size=80, 5 state slots "
+             "per request). To raise it: increase --mamba-full-memory-ratio or "
+             "--max-mamba-cache-size, or halve the state size with --mamba-ssm-dtype bfloat16."]
+    cap = mamba_cap(["an unrelated line", *lines])
+    assert cap == MambaCap(running=16, cache_size=80, slots_per_request=5)
+    capped = default_space({MRR: 64}, ServerView(effective_mrr=16, mamba=cap, queue_reqs=2))
     assert [r.name for r in capped][:2] == [MAMBA, MRR]
-    assert capped[0].values == (120, 200)
+    assert capped[0].values == (320, 640) and capped[1].values == (64, 128)
+    # No flag: a cache for twice the cap, or four times.
+    bare = default_space({}, ServerView(effective_mrr=16, mamba=cap))
+    assert bare[0].values == (160, 320) and bare[1].values == (32, 64)
+    assert mamba_cap(["nothing here"]) is None
 
 
 def test_flags_change_removes_what_the_wanted_set_lacks() -> None:
