@@ -44,17 +44,13 @@ from supervisor.contract.tuning import (
 from supervisor.servers.fleet import Fleet, RollBusy, RollingResult
 from supervisor.servers.server_state import ServerState
 from supervisor.sglang.mamba_cap import mamba_cap
+from supervisor.tune.fleet_window import FleetWindow
 from supervisor.tune.kept_flags import flag_lines
 from supervisor.tune.long_batch import probe_bodies, run_probe
 from supervisor.tune.measure import (
-    Sample,
     Window,
-    WindowRule,
     combined_noise,
     gain_of,
-    warmed_up,
-    window_done,
-    window_of,
 )
 from supervisor.tune.safety import TrialOutcome, judge
 from supervisor.tune.search import (
@@ -107,6 +103,7 @@ class Tuner:
         self._stopping = False
         self._current: Trial | None = None
         self._last_start_s: float | None = None
+        self.figures = FleetWindow(fleet, dispatcher, lambda: self.cfg, monotonic)
         self._longest: list[list[dict[str, Any]]] | None = None
 
     @property
@@ -129,8 +126,17 @@ class Tuner:
         return self._scope is not None
 
     def _say(self, state: TuneState, reason: str) -> None:
+        if (state, reason) != (self.state, self.reason):
+            log.info("tune: %s: %s", state.value, reason)
         self.state, self.reason = state, reason
-        log.info("tune: %s: %s", state.value, reason)
+
+    def _phase(self, what: str, phase: str) -> None:
+        """The open trial's phase, in the status's trial list and its reason."""
+        self._say(TuneState.TRIAL, f"{what}: {phase}")
+        if self._current is not None:
+            self._current = replace(self._current, phase=phase)
+            self.trials = [self._current if t.id == self._current.id else t
+                           for t in self.trials]
 
     async def _event(self, kind: EventKind, subject: str, detail: dict[str, Any],
                      actor: str) -> None:
@@ -200,6 +206,15 @@ class Tuner:
                     self._say(TuneState.OFF, f"the search failed: {exc!r}")
             if scope.cancel_called:
                 await self._stopped(canary, actor)
+        except anyio.get_cancelled_exc_class():
+            # The daemon stops: the open trial is recorded as such; its canary is not put
+            # back (the servers stop or are left for the next daemon, which starts each
+            # with the flags the search kept, tune_flags).
+            with anyio.CancelScope(shield=True):
+                if self._current is not None:
+                    await self._end_trial(self._current, TrialVerdict.ABORTED,
+                                          "the daemon stopped", None)
+            raise
         finally:
             self._scope = None
 
@@ -210,7 +225,8 @@ class Tuner:
             if self._current is not None:
                 await self._end_trial(self._current, TrialVerdict.ABORTED, "stopped by the "
                                       "operator", None)
-                await self._retune(canary, self.best, actor, "back to the best flags known")
+            # Also when no trial was open: a retune back may have been cut short.
+            await self._retune(canary, self.best, actor, "back to the best flags known")
             self._say(TuneState.OFF, f"stopped by {actor}")
             await self._event(EventKind.TUNE_STOPPED, canary,
                               {"why": self.reason, "best": self.best}, actor)
@@ -231,8 +247,10 @@ class Tuner:
                               mamba=mamba_cap(log_lines))
             space = default_space(self.best, view)
         search = self.search = Search(dict(self.best), space, max_trials)
-        rule = WindowRule(self.cfg.min_window_s, self.cfg.max_window_s, self.cfg.min_answers,
-                          self.cfg.noise_k)
+        while self.eta() is None and not force:
+            self._say(TuneState.WAITING, f"tuning {canary}: waiting for the job's ETA (to "
+                                         f"judge whether a trial pays)")
+            await anyio.sleep(self.cfg.sample_s)
         worth = worth_it(self.eta(), self._startup_s(), self.cfg.min_window_s,
                          len(self.fleet.own_servers), force)
         await self._event(EventKind.TUNE_STARTED, canary, {
@@ -244,9 +262,9 @@ class Tuner:
             return
         weak = " (one server: the canary before vs after, a weaker measure)" if self.weak else ""
         self._say(TuneState.MEASURING, f"baseline window on {canary}{weak}")
-        before = await self._window(canary, controls, rule, None)
+        before = await self.figures.window(canary, controls, None)
         while (candidate := search.next()) is not None:
-            before = await self._trial(canary, controls, candidate, before, rule, actor)
+            before = await self._trial(canary, controls, candidate, before, actor)
         if search.gained():
             await self._promote(canary, actor)
         self._say(TuneState.DONE, f"{search.trials} trials; best: {search.gained() or 'the start'}")
@@ -254,7 +272,7 @@ class Tuner:
                           {"why": self.reason, "best": self.best, "gain": self.gain}, actor)
 
     async def _trial(self, canary: str, controls: list[str], c: Candidate, before: Window,
-                     rule: WindowRule, actor: str) -> Window:
+                     actor: str) -> Window:
         """One candidate: returns the window the next trial compares against."""
         assert self.search is not None
         tid = await self.astore.call(Store.add_tune_trial, canary, c.changed, c.flags,
@@ -267,27 +285,13 @@ class Tuner:
         await self._event(EventKind.TUNE_TRIAL, canary, {"id": tid, "changed": c.changed,
                                                          "phase": "restarting"}, actor)
         server = {s.name: s for s in self.fleet.own_servers}[canary]
+        # From the restart to the verdict, the candidate's crashes are the trial's, not the
+        # server's: counted toward nothing that marks it FAILED (managed_server.py).
         server.trial = f"tuning trial {tid}"
         try:
-            result = await self._retune(canary, c.flags, actor, f"trial {tid}: {c.changed}")
+            outcome, after = await self._candidate(canary, controls, c, tid, before, actor)
         finally:
             server.trial = None
-        after: Window | None = None
-        if result.ok:
-            retracted_at = self._retractions(canary)
-            after, died = await self._measured(canary, controls, rule, before)
-            retracted = self._retractions(canary)
-            outcome = TrialOutcome(
-                True, died=died, gain=gain_of(before, after) if after else None,
-                noise=combined_noise(before, after) if after else None,
-                noise_k=self.cfg.noise_k, answers=after.answers if after else 0,
-                retracted=None if retracted is None or retracted_at is None
-                else retracted - retracted_at)
-        else:
-            outcome = TrialOutcome(False, result.reason or "not READY")
-        if judge(outcome)[0] is TrialVerdict.KEPT and self.cfg.long_batch:
-            self._say(TuneState.TRIAL, f"trial {tid} on {canary}: long-batch probe")
-            outcome = replace(outcome, probe=await self._long_batch(canary))
         verdict, why = judge(outcome)
         self.search.report(c, verdict)
         await self._end_trial(trial, verdict, why, (before, after, outcome))
@@ -300,6 +304,32 @@ class Tuner:
         await self._retune(canary, self.best, actor, f"trial {tid} {verdict.value}: back to "
                                                      f"the best flags known")
         return before
+
+    async def _candidate(self, canary: str, controls: list[str], c: Candidate, tid: int,
+                         before: Window, actor: str) -> tuple[TrialOutcome, Window | None]:
+        """The candidate's restart, window and long-batch probe: how it went."""
+        result = await self._retune(canary, c.flags, actor, f"trial {tid}: {c.changed}")
+        if not result.ok:
+            return TrialOutcome(False, result.reason or "not READY"), None
+        self._phase(f"trial {tid} on {canary}", "warming")
+        after: Window | None = None
+        retracted_at = self.figures.retractions(canary)
+        died = await self.figures.warm_up(canary)
+        if died is None:
+            self._phase(f"trial {tid} on {canary}", "measuring")
+            after = await self.figures.window(canary, controls, before)
+            died = self.figures.left_ready(canary)
+        retracted = self.figures.retractions(canary)
+        outcome = TrialOutcome(
+            True, died=died, gain=gain_of(before, after) if after else None,
+            noise=combined_noise(before, after) if after else None,
+            noise_k=self.cfg.noise_k, answers=after.answers if after else 0,
+            retracted=None if retracted is None or retracted_at is None
+            else retracted - retracted_at)
+        if judge(outcome)[0] is TrialVerdict.KEPT and self.cfg.long_batch:
+            self._phase(f"trial {tid} on {canary}", "long-batch")
+            outcome = replace(outcome, probe=await self._long_batch(canary))
+        return outcome, after
 
     async def _end_trial(self, trial: Trial, verdict: TrialVerdict, why: str,
                          figures: tuple[Window, Window | None, TrialOutcome] | None) -> None:
@@ -352,7 +382,7 @@ class Tuner:
         # trust_env=False: a proxy in the daemon's environment must never route loopback.
         async with httpx.AsyncClient(trust_env=False) as client:
             return await run_probe(client, base_url, bodies, cfg.dispatch.request_timeout_s,
-                                   lambda: self._left_ready(canary))
+                                   lambda: self.figures.left_ready(canary))
 
     # -- the fleet and the figures ------------------------------------------------------------
 
@@ -384,51 +414,3 @@ class Tuner:
         if self._last_start_s is not None:
             return self._last_start_s
         return float(self.live.config.servers.startup_timeout_s) / 4
-
-    def _retractions(self, name: str) -> float | None:
-        snap = {s.name: s for s in self.fleet.snapshot()}[name]
-        return snap.sglang.retractions_total
-
-    def _sample(self) -> Sample:
-        names = list(self.fleet.servers)
-        progress = {n: self.dispatcher.progress(n) for n in names}
-        return Sample(self.monotonic(), {n: p.kept_tokens for n, p in progress.items()},
-                      {n: p.answered for n, p in progress.items()})
-
-    async def _measured(self, canary: str, controls: list[str], rule: WindowRule,
-                        before: Window) -> tuple[Window | None, str | None]:
-        """After the warm-up, the trial's window; or why the canary left READY meanwhile."""
-        self._say(TuneState.TRIAL, f"{self.reason.split(':')[0]}: warming up")
-        ready_at = self.monotonic()
-        start = self._sample()
-        while True:
-            died = self._left_ready(canary)
-            if died is not None:
-                return None, died
-            now = self._sample()
-            answers = now.answers.get(canary, 0) - start.answers.get(canary, 0)
-            if warmed_up(now.at - ready_at, answers, self.cfg.warmup_s, self.cfg.warmup_answers):
-                break
-            await anyio.sleep(min(self.cfg.sample_s, 1.0))
-        self._say(TuneState.TRIAL, f"{self.reason.split(':')[0]}: measuring")
-        return await self._window(canary, controls, rule, before), self._left_ready(canary)
-
-    def _left_ready(self, canary: str) -> str | None:
-        snap = {s.name: s for s in self.fleet.snapshot()}[canary]
-        if snap.state is ServerState.READY:
-            return None
-        return f"{snap.state.value}: {snap.state_reason}"
-
-    async def _window(self, canary: str, controls: list[str], rule: WindowRule,
-                      before: Window | None) -> Window:
-        gpus = {s.name: max(1, len(s.gpus)) for s in self.fleet.snapshot()}
-        samples = [self._sample()]
-        while True:
-            await anyio.sleep(self.cfg.sample_s)
-            samples.append(self._sample())
-            w = window_of(samples, canary, controls, gpus)
-            gain = gain_of(before, w) if before is not None else None
-            noise = combined_noise(before, w) if before is not None else w.noise
-            done, _why = window_done(w, gain, noise, rule)
-            if done or self._left_ready(canary) is not None:
-                return w
