@@ -4,13 +4,19 @@ not FAILED and its failure not counted), and every prompt exactly once in the sh
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from anyio.abc import TaskGroup
 
+from supervisor.config import JobConfig, TuneSection
 from supervisor.contract.tuning import FlagRange, TrialVerdict, TuneStartRequest, TuneState
 from supervisor.job.main_loop import Job
+from supervisor.servers.fleet import Fleet
 from supervisor.servers.server_state import ServerState
+from supervisor.tune.tuner import Tuner
 from tests.fixtures.real_job import (
     assert_every_prompt_once,
     job_config,
@@ -24,31 +30,41 @@ pytestmark = pytest.mark.slow
 PROMPTS = 1200
 TUNE = {"min_window_s": 2.0, "max_window_s": 4.0, "min_answers": 3, "warmup_s": 0.3,
         "warmup_answers": 1, "sample_s": 0.25, "noise_k": 1.0, "max_trials": 3}
-# Every simulated answer here takes the same 0.5 s, so answers end in bursts and a window of
-# seconds is noisy: k = 1 keeps the doubled slots (+100%) clear of it.
+# A window of seconds is noisy: every simulated answer here decodes the fixture's 256 tokens
+# in the same 0.5 s, so answers end in bursts, a whole batch at once. A candidate that
+# quadruples the slots (+300%) clears k = 1 x that noise; a real job's windows are minutes.
+
+
+def tuned_config(directory: Path, prompts: int, **tune: object) -> JobConfig:
+    cfg = job_config(directory, servers=2, prompts=prompts, flags={"sim-time-scale": 10.0})
+    return replace(cfg, tune=TuneSection(**{**TUNE, **tune}))   # type: ignore[arg-type]
+
+
+async def ready_tuner(job: Job) -> tuple[Fleet, Tuner, TaskGroup]:
+    """The job's fleet, tuner and task group once every server is READY."""
+    fleet = await wait_fleet(job)
+    await wait_for(lambda: all(s.state is ServerState.READY for s in fleet.own_servers)
+                   and job.task_group is not None and job.tuner is not None,
+                   "every server READY")
+    assert job.tuner is not None and job.task_group is not None
+    return fleet, job.tuner, job.task_group
 
 
 async def test_kept_rejected_and_oom_candidates_nothing_lost(tmp_path: Path) -> None:
-    cfg = job_config(tmp_path / "job", servers=2, prompts=PROMPTS,
-                     flags={"sim-time-scale": 10.0})
-    cfg = type(cfg)(**{**cfg.__dict__, "tune": type(cfg.tune)(**TUNE)})
-    seen: dict[str, object] = {}
+    cfg = tuned_config(tmp_path / "job", PROMPTS)
+    seen: dict[str, Any] = {}
 
     async def drive(job: Job) -> None:
-        fleet = await wait_fleet(job)
-        await wait_for(lambda: all(s.state is ServerState.READY for s in fleet.own_servers)
-                       and job.task_group is not None and job.tuner is not None,
-                       "every server READY")
-        assert job.tuner is not None and job.task_group is not None
-        # Twice the slots (kept), half the decode speed (less goodput: rejected), an OOM while
-        # loading (failed).
-        space = (FlagRange("max-running-requests", (16,)), FlagRange("sim-tokens-per-s", (20,)),
+        fleet, tuner, tg = await ready_tuner(job)
+        # Four times the slots (kept), a fifth of the decode speed (less goodput: rejected),
+        # an OOM while loading (failed).
+        space = (FlagRange("max-running-requests", (32,)), FlagRange("sim-tokens-per-s", (10,)),
                  FlagRange("sim-fault", ("oom",)))
-        got = await job.tuner.start(TuneStartRequest(space=space, server="gpu0", force=True),
-                                    "test", job.task_group)
+        got = await tuner.start(TuneStartRequest(space=space, server="gpu0", force=True),
+                                "test", tg)
         assert got.canary == "gpu0" and got.max_trials == 3
-        await wait_for(lambda: not job.tuner.running, "the search to end", timeout_s=60)
-        seen["tuning"] = job.tuner.tuning()
+        await wait_for(lambda: not tuner.running, "the search to end", timeout_s=60)
+        seen["tuning"] = tuner.tuning()
         seen["gpu0"] = fleet.servers["gpu0"].snapshot()
         seen["flags"] = fleet.flags("gpu0")
 
@@ -58,14 +74,14 @@ async def test_kept_rejected_and_oom_candidates_nothing_lost(tmp_path: Path) -> 
     verdicts = [(t.changed, t.verdict) for t in tuning.trials]
     figures = [(t.reason, t.ratio_before, t.ratio_after, t.answers, t.window_s)
                for t in tuning.trials]
-    assert verdicts[0] == ("max-running-requests 8 -> 16", TrialVerdict.KEPT), figures
-    assert verdicts[1] == ("sim-tokens-per-s 50 -> 20", TrialVerdict.REJECTED), tuning.trials
+    assert verdicts[0] == ("max-running-requests 8 -> 32", TrialVerdict.KEPT), figures
+    assert verdicts[1] == ("sim-tokens-per-s 50 -> 10", TrialVerdict.REJECTED), figures
     # Windows this short are noisy (answers end in bursts): the loss need not clear the noise.
     assert (tuning.trials[1].gain or 0.0) < 0
     assert verdicts[2][1] is TrialVerdict.FAILED, tuning.trials
     assert "out of memory at start" in (tuning.trials[2].reason or "")
     # Back on the best flags, READY, and the OOM not counted toward FAILED.
-    assert seen["flags"]["max-running-requests"] == 16 and "sim-fault" not in seen["flags"]
+    assert seen["flags"]["max-running-requests"] == 32 and "sim-fault" not in seen["flags"]
     assert seen["flags"]["sim-tokens-per-s"] == 50
     assert seen["gpu0"].state is ServerState.READY
     assert seen["gpu0"].failures_in_window == 0
@@ -74,28 +90,20 @@ async def test_kept_rejected_and_oom_candidates_nothing_lost(tmp_path: Path) -> 
     # The winner was promoted to gpu1 and kept for the next daemon.
     kept = query(cfg, "SELECT server, json_extract(flags, '$.max-running-requests') "
                       "FROM tune_flags ORDER BY server")
-    assert kept == [("gpu0", 16), ("gpu1", 16)]
+    assert kept == [("gpu0", 32), ("gpu1", 32)]
     assert_every_prompt_once(cfg, result, PROMPTS)
 
 
 async def test_stop_mid_trial_puts_the_canary_back(tmp_path: Path) -> None:
     # noise_k this high: the trial's window never ends early, so the stop finds it measuring.
-    tune = {**TUNE, "noise_k": 1000.0, "max_window_s": 30.0, "long_batch": False}
-    cfg = job_config(tmp_path / "job", servers=2, prompts=700,
-                     flags={"sim-time-scale": 10.0})
-    cfg = type(cfg)(**{**cfg.__dict__, "tune": type(cfg.tune)(**tune)})
-    seen: dict[str, object] = {}
+    cfg = tuned_config(tmp_path / "job", 700, noise_k=1000.0, max_window_s=30.0,
+                       long_batch=False)
+    seen: dict[str, Any] = {}
 
     async def drive(job: Job) -> None:
-        fleet = await wait_fleet(job)
-        await wait_for(lambda: all(s.state is ServerState.READY for s in fleet.own_servers)
-                       and job.task_group is not None and job.tuner is not None,
-                       "every server READY")
-        tuner = job.tuner
-        assert tuner is not None and job.task_group is not None
+        fleet, tuner, tg = await ready_tuner(job)
         space = (FlagRange("max-running-requests", (16,)),)
-        await tuner.start(TuneStartRequest(space=space, server="gpu1", force=True), "test",
-                          job.task_group)
+        await tuner.start(TuneStartRequest(space=space, server="gpu1", force=True), "test", tg)
         await wait_for(lambda: tuner.state is TuneState.TRIAL and "measuring" in tuner.reason,
                        "the trial to measure", timeout_s=30)
         assert fleet.flags("gpu1")["max-running-requests"] == 16
