@@ -67,19 +67,27 @@ class FleetWindow:
                 return None
             await anyio.sleep(min(cfg.sample_s, 1.0))
 
-    async def window(self, canary: str, controls: list[str], before: Window | None) -> Window:
+    async def window(self, canary: str, controls: list[str],
+                     before: Window | None) -> tuple[Window, str | None]:
         """A measured window: until measure.window_done says it may end (a baseline, with
-        `before` None, needs only answers and time), or the canary leaves READY."""
+        `before` None, needs only answers and time), or the canary leaves READY. Also which
+        control left READY during it, if one did: a control that stops serving sends its
+        share elsewhere and lowers the controls' mean, so the ratio would favour the canary."""
         cfg = self.cfg()
         rule = WindowRule(cfg.min_window_s, cfg.max_window_s, cfg.min_answers, cfg.noise_k)
         gpus = {s.name: max(1, len(s.gpus)) for s in self.fleet.snapshot()}
         samples = [self.sample()]
+        disturbed: str | None = None
         while True:
             await anyio.sleep(cfg.sample_s)
             samples.append(self.sample())
+            for name in controls:
+                gone = self.left_ready(name)
+                if gone is not None and disturbed is None:
+                    disturbed = f"{name} {gone}"
             w = window_of(samples, canary, controls, gpus)
             gain = gain_of(before, w) if before is not None else None
             noise = combined_noise(before, w) if before is not None else w.noise
             done, _why = window_done(w, gain, noise, rule)
             if done or self.left_ready(canary) is not None:
-                return w
+                return w, disturbed

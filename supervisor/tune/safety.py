@@ -4,7 +4,9 @@ FAILED: it did not come up (an OOM, a crash, not READY within the startup timeou
 measured, retracted requests at a high rate (SGLang's num_retracted_reqs: it admitted more
 than its KV pool holds and throws decoded tokens away), or did not get through the long-batch
 probe (the OOM that comes only with the first full batch of the job's longest prompts).
-REJECTED: it ran, but its gain is not beyond the noise, or it lowered goodput. KEPT otherwise.
+REJECTED: it ran, but its gain is not beyond the noise, it lowered goodput, or a control left
+READY during its window (the comparison no longer holds; rejecting errs on the safe side).
+KEPT otherwise.
 The runner then puts the canary back on the best flags known for anything but KEPT; the
 crash itself is not counted toward the restart policy's FAILED (managed_server.py, `trial`).
 """
@@ -30,6 +32,7 @@ class TrialOutcome:
     answers: int = 0
     retracted: float | None = None  # SGLang's num_retracted_reqs over the window
     probe: str | None = None        # the long-batch probe's failure; None: passed or not run
+    disturbed: str | None = None    # a control that left READY during the window
 
 
 def is_oom(words: str) -> bool:
@@ -51,6 +54,9 @@ def judge(o: TrialOutcome) -> tuple[TrialVerdict, str]:
             and o.retracted / o.answers > MAX_RETRACT_PER_ANSWER:
         return TrialVerdict.FAILED, (f"retracted {o.retracted:g} requests over {o.answers} "
                                      f"answers: SGLang admits more than its KV pool holds")
+    if o.disturbed is not None:
+        return TrialVerdict.REJECTED, (f"not comparable: a control left READY during the "
+                                       f"window ({o.disturbed})")
     if o.gain is None:
         return TrialVerdict.REJECTED, "no figures: the canary answered nothing measurable"
     noise_s = "unknown" if o.noise is None else f"{o.noise:.1%}"

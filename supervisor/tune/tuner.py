@@ -65,6 +65,7 @@ from supervisor.tune.worth import worth_it
 
 log = logging.getLogger("supervisor.tune")
 SHOWN_TRIALS = 20
+BASELINE_TRIES = 3
 
 
 class TuneRefused(Exception):
@@ -100,7 +101,6 @@ class Tuner:
         self.trials: list[Trial] = []
         self.search: Search | None = None
         self._scope: anyio.CancelScope | None = None
-        self._stopping = False
         self._current: Trial | None = None
         self._last_start_s: float | None = None
         self.figures = FleetWindow(fleet, dispatcher, lambda: self.cfg, monotonic)
@@ -171,7 +171,6 @@ class Tuner:
         self.canary, self.started_by = canary, actor
         self.trials, self.gain, self.search = [], None, None
         self.best = self.fleet.flags(canary)
-        self._stopping = False
         self._say(TuneState.WAITING, f"tuning {canary}: waiting for every server to be READY")
         scope = self._scope = anyio.CancelScope()
         tg.start_soon(self._run_in, scope, canary, space, max_trials, req.force, actor,
@@ -185,7 +184,6 @@ class Tuner:
             raise TuneRefused(409, f"tune: no search runs ({was.value})")
         # Answered at once: putting the canary back on the best flags is a restart (minutes),
         # followed through the event stream like any retune.
-        self._stopping = True
         assert self._scope is not None
         self._scope.cancel()
         s = self.search
@@ -262,14 +260,24 @@ class Tuner:
             return
         weak = " (one server: the canary before vs after, a weaker measure)" if self.weak else ""
         self._say(TuneState.MEASURING, f"baseline window on {canary}{weak}")
-        before = await self.figures.window(canary, controls, None)
+        before = await self._baseline(canary, controls)
         while (candidate := search.next()) is not None:
             before = await self._trial(canary, controls, candidate, before, actor)
-        if search.gained():
-            await self._promote(canary, actor)
-        self._say(TuneState.DONE, f"{search.trials} trials; best: {search.gained() or 'the start'}")
+        stopped = await self._promote(canary, actor) if search.gained() else None
+        done = f"{search.trials} trials; best: {search.gained() or 'the start'}"
+        self._say(TuneState.DONE, done if stopped is None else f"{done}; {stopped}")
         await self._event(EventKind.TUNE_STOPPED, canary,
                           {"why": self.reason, "best": self.best, "gain": self.gain}, actor)
+
+    async def _baseline(self, canary: str, controls: list[str]) -> Window:
+        """The baseline window; measured again (up to BASELINE_TRIES) while a control
+        leaves READY during it."""
+        for _ in range(BASELINE_TRIES - 1):
+            window, disturbed = await self.figures.window(canary, controls, None)
+            if disturbed is None:
+                return window
+            self._say(TuneState.MEASURING, f"baseline on {canary} again: {disturbed}")
+        return (await self.figures.window(canary, controls, None))[0]
 
     async def _trial(self, canary: str, controls: list[str], c: Candidate, before: Window,
                      actor: str) -> Window:
@@ -313,11 +321,12 @@ class Tuner:
             return TrialOutcome(False, result.reason or "not READY"), None
         self._phase(f"trial {tid} on {canary}", "warming")
         after: Window | None = None
+        disturbed: str | None = None
         retracted_at = self.figures.retractions(canary)
         died = await self.figures.warm_up(canary)
         if died is None:
             self._phase(f"trial {tid} on {canary}", "measuring")
-            after = await self.figures.window(canary, controls, before)
+            after, disturbed = await self.figures.window(canary, controls, before)
             died = self.figures.left_ready(canary)
         retracted = self.figures.retractions(canary)
         outcome = TrialOutcome(
@@ -325,7 +334,7 @@ class Tuner:
             noise=combined_noise(before, after) if after else None,
             noise_k=self.cfg.noise_k, answers=after.answers if after else 0,
             retracted=None if retracted is None or retracted_at is None
-            else retracted - retracted_at)
+            else retracted - retracted_at, disturbed=disturbed)
         if judge(outcome)[0] is TrialVerdict.KEPT and self.cfg.long_batch:
             self._phase(f"trial {tid} on {canary}", "long-batch")
             outcome = replace(outcome, probe=await self._long_batch(canary))
@@ -352,20 +361,32 @@ class Tuner:
                            **{k: (str(v) if k == "verdict" else v) for k, v in fields.items()}},
                           "supervisor")
 
-    async def _promote(self, canary: str, actor: str) -> None:
-        """The winner to every other own server, one at a time; its config lines logged."""
-        others = [s.name for s in self.fleet.own_servers if s.name != canary]
-        for name in others:
-            self._say(TuneState.PROMOTING, f"promoting the best flags to {name}")
-            result = await self._retune(name, self.best, actor, "promotion")
+    async def _promote(self, canary: str, actor: str) -> str | None:
+        """The winner to every other own server, one at a time; its config lines logged.
+        Where a server does not come up with it (another GPU, less free memory), that server
+        goes back to its own flags, not counted toward FAILED, and the roll-out stops there:
+        the reason is returned."""
+        others = [s for s in self.fleet.own_servers if s.name != canary]
+        for server in others:
+            self._say(TuneState.PROMOTING, f"promoting the best flags to {server.name}")
+            own = self.fleet.flags(server.name)
+            server.trial = f"promotion of the tuner's flags to {server.name}"
+            try:
+                result = await self._retune(server.name, self.best, actor, "promotion")
+            finally:
+                server.trial = None
             if not result.ok:
-                self.reason = f"promotion stopped at {name}: {result.reason}"
-                log.warning("tune: %s", self.reason)
-                return
-            await self.astore.call(Store.set_tune_flags, name, self.best, self.clock(), None)
-            await self._event(EventKind.TUNE_PROMOTED, name, {"flags": self.best}, actor)
+                why = f"promotion stopped at {server.name}: {result.reason}"
+                log.warning("tune: %s", why)
+                await self._retune(server.name, own, actor, "promotion failed: back")
+                return why
+            await self.astore.call(Store.set_tune_flags, server.name, self.best, self.clock(),
+                                   None)
+            await self._event(EventKind.TUNE_PROMOTED, server.name, {"flags": self.best},
+                              actor)
         log.info("tune: put these lines in the config to keep the flags found:\n%s",
                  "\n".join(flag_lines(self.best)))
+        return None
 
     async def _long_batch(self, canary: str) -> str | None:
         """long_batch.py: a full batch of the longest prompts; None when it went through."""

@@ -33,6 +33,12 @@ def test_a_gain_is_kept_only_beyond_k_times_the_noise() -> None:
     assert judge(TrialOutcome(True))[0] is V.REJECTED
 
 
+def test_a_window_a_control_left_is_not_comparable() -> None:
+    v, why = judge(TrialOutcome(True, gain=0.5, noise=0.01, disturbed="gpu2 backoff: oom"))
+    assert v is V.REJECTED and why == ("not comparable: a control left READY during the "
+                                       "window (gpu2 backoff: oom)")
+
+
 def test_a_job_about_to_end_is_not_tuned_unless_forced() -> None:
     w = worth_it(40 * 60, startup_s=300, window_s=600, servers=8)
     assert not w.pays and w.reason.startswith("job ends in 40 min: not tuning")
