@@ -35,8 +35,9 @@ TUNE = {"min_window_s": 2.0, "max_window_s": 4.0, "min_answers": 3, "warmup_s": 
 # quadruples the slots (+300%) clears k = 1 x that noise; a real job's windows are minutes.
 
 
-def tuned_config(directory: Path, prompts: int, **tune: object) -> JobConfig:
-    cfg = job_config(directory, servers=2, prompts=prompts, flags={"sim-time-scale": 10.0})
+def tuned_config(directory: Path, prompts: int, servers: int = 2, **tune: object) -> JobConfig:
+    cfg = job_config(directory, servers=servers, prompts=prompts,
+                     flags={"sim-time-scale": 10.0})
     return replace(cfg, tune=TuneSection(**{**TUNE, **tune}))   # type: ignore[arg-type]
 
 
@@ -123,3 +124,28 @@ async def test_stop_mid_trial_puts_the_canary_back(tmp_path: Path) -> None:
         ("aborted", "stopped by the operator")]
     assert query(cfg, "SELECT count(*) FROM tune_flags") == [(0,)]
     assert_every_prompt_once(cfg, result, 700)
+
+
+async def test_one_server_is_tuned_before_vs_after_and_said_weak(tmp_path: Path) -> None:
+    cfg = tuned_config(tmp_path / "job", 600, servers=1, long_batch=False)
+    seen: dict[str, Any] = {}
+
+    async def drive(job: Job) -> None:
+        fleet, tuner, tg = await ready_tuner(job)
+        space = (FlagRange("max-running-requests", (32,)),)
+        await tuner.start(TuneStartRequest(space=space, force=True), "test", tg)
+        await wait_for(lambda: tuner.state is TuneState.MEASURING, "the baseline")
+        seen["measuring"] = tuner.reason
+        await wait_for(lambda: not tuner.running, "the search to end", timeout_s=60)
+        seen["tuning"] = tuner.tuning()
+        seen["flags"] = fleet.flags("gpu0")
+
+    _job, result = await run_job(cfg, drive, timeout_s=90)
+    tuning = seen["tuning"]
+    assert tuning.weak and "one server: the canary before vs after" in seen["measuring"]
+    assert tuning.state is TuneState.DONE, tuning.reason
+    (trial,) = tuning.trials
+    assert trial.verdict is TrialVerdict.KEPT, trial
+    assert trial.controls_tok_s is None and trial.canary_tok_s is not None
+    assert seen["flags"]["max-running-requests"] == 32
+    assert_every_prompt_once(cfg, result, 600)
