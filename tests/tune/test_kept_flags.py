@@ -4,6 +4,7 @@ and a daemon's live settings take them at start."""
 from __future__ import annotations
 
 import tomllib
+from dataclasses import replace
 from pathlib import Path
 
 import anyio
@@ -67,3 +68,13 @@ async def test_a_new_daemon_starts_with_the_flags_kept(tmp_path: Path) -> None:
     assert live.server("gpu1").flags["max-running-requests"] == 128
     assert live.server("gpu1").flags["chunked-prefill-size"] == 4096
     assert live.server("gpu0").flags["max-running-requests"] == 64
+
+
+def test_a_reload_changes_the_tuners_knobs_live_but_not_enabled(tmp_path: Path) -> None:
+    from supervisor.job.reload_plan import ReloadRefused, plan_reload
+    cfg = load_config(_write(tmp_path, CONFIG))
+    new = replace(cfg, tune=replace(cfg.tune, max_trials=3, space={"max-running-requests": [96]}))
+    plan = plan_reload(cfg, new)
+    assert [c.key for c in plan.live] == ["tune.max_trials", "tune.space.max-running-requests"]
+    with pytest.raises(ReloadRefused, match="tune.enabled"):
+        plan_reload(cfg, replace(cfg, tune=replace(cfg.tune, enabled=True)))
