@@ -26,10 +26,12 @@ from state.shard_audit import ShardAudit
 from state.shards_table import ShardsTable
 from state.status_reads import StatusReads
 from state.token_ids_table import TokenIdsTable
+from state.tune_table import TuneTable
 from state.waste_table import WasteTable
 
 
 class Store(StatusReads, PromptsTable, ShardsTable, EventsTable, SettingsTable,
-            ServerProcessesTable, PromptRework, ShardAudit, WasteTable, TokenIdsTable):
+            ServerProcessesTable, PromptRework, ShardAudit, WasteTable, TokenIdsTable,
+            TuneTable):
     """Every query of the daemon, one table family per base class, over one connection
     (state/connection.py): `store.claim(...)`, `AsyncStore.call(Store.claim, ...)`."""

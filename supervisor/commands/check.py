@@ -9,8 +9,9 @@ instead, where SGLang is installed here, and every flag is looked up in it.
 
 It says what the config names that is not on this node (node_paths.py: an error where the
 daemon would fail, a warning where it may appear later, a note for a model SGLang fetches),
-when the GPU indices could not be checked (no NVML), and, with thinking on, each attached
-server's reasoning parser as its /server_info says (refused when it has none).
+when the GPU indices could not be checked (no NVML), with thinking on, each attached
+server's reasoning parser as its /server_info says (refused when it has none), and the
+`[servers.flags]` lines of the flags a tuner's search kept in the state DB.
 
 It also makes the start's check of the output directory (a file, or not writable: refused)
 and, while no state DB exists, refuses shard files already in a local output (the daemon
@@ -40,6 +41,7 @@ from supervisor.job.attached_thinking import attached_parsers, refusal
 from supervisor.servers.flag_gate import sglang_verdict
 from supervisor.servers.launch_command import build_specs, max_running, server_devices
 from supervisor.sglang.flag_check import FlagVerdict
+from supervisor.tune.kept_flags import kept_flag_lines
 
 HelpProvider = Callable[[Sequence[str]], str]
 
@@ -160,7 +162,8 @@ def main(argv: Sequence[str] | None = None, help_provider: HelpProvider | None =
     failed = bool(found.errors or refused)
     # The commands are worth seeing either way: they are what the daemon would run.
     print(f"config NOT OK (errors above): {args.config}" if failed else f"config OK: {args.config}")
-    for line in describe(cfg) + found.notes + [a.line() for a in attached]:
+    for line in (describe(cfg) + found.notes + [a.line() for a in attached]
+                 + kept_flag_lines(cfg)):
         print(line)
     if failed:
         return 2

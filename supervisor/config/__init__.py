@@ -21,10 +21,11 @@ from supervisor.config.sections import (
                                         Partition,
                                         QualitySection,
                                         ServersSection,
+                                        TuneSection,
                                         UploadsSection,
 )
 
 __all__ = ["NCCL_PORTS", "BackupSection", "ConfigError", "ControlSection", "DispatchSection",
            "GenerationSection", "JobConfig", "JobSection", "Partition", "QualitySection",
-           "ServersSection", "UploadsSection", "check_gpus_exist", "load_config",
+           "ServersSection", "TuneSection", "UploadsSection", "check_gpus_exist", "load_config",
            "load_warnings", "parse_config", "with_flags"]

@@ -89,6 +89,7 @@ def validate(cfg: JobConfig) -> None:
         raise ConfigError(f"servers.flags.max-running-requests: must be an integer >= 1, got {mrr!r}")
     _check_model_name(cfg)
     _check_thinking_parser(cfg)
+    _check_tune(cfg)
     d = cfg.dispatch
     if d.max_in_flight_per_server < 0:
         raise ConfigError("dispatch.max_in_flight_per_server: must be >= 0 (0 = follow the server)")
@@ -191,6 +192,21 @@ def _check_attach_ports(s: ServersSection) -> None:
             raise ConfigError(f"servers.attach[{i}]: {t.url} is one of the daemon's own servers' "
                               f"ports {first}..{last} (servers.base_port); attach only servers "
                               "it does not launch")
+
+
+def _check_tune(cfg: JobConfig) -> None:
+    t = cfg.tune
+    for name in ("max_trials", "min_window_s", "max_window_s", "min_answers", "noise_k",
+                 "sample_s"):
+        if getattr(t, name) <= 0:
+            raise ConfigError(f"tune.{name}: must be > 0, got {getattr(t, name)}")
+    if t.max_window_s < t.min_window_s:
+        raise ConfigError(f"tune.max_window_s: must be >= tune.min_window_s "
+                          f"({t.min_window_s:g}), got {t.max_window_s:g}")
+    for name, values in t.space.items():
+        if not isinstance(values, list) or not values:
+            raise ConfigError(f"tune.space.{name}: expected a non-empty list of values to try, "
+                              f"got {values!r}")
 
 
 def _check_context_length(cfg: JobConfig) -> None:

@@ -344,6 +344,30 @@ class ControlSection:
 
 
 @dataclass(frozen=True)
+class TuneSection:
+    """The tuner: a canary search for the flags that give the most tokens per GPU-second,
+    while the job runs (docs/tuning.md)."""
+    enabled: bool = key(False, "start the search when the job starts (else `ctl tune start`)")
+    max_trials: int = key(8, "candidates tried at most, one restart of the canary each")
+    min_window_s: float = key(120.0, "a trial's (and the baseline's) shortest measured window")
+    max_window_s: float = key(900.0, "a window ends here even when the gain stays within the "
+                              "noise (the candidate is then rejected)")
+    min_answers: int = key(30, "canary answers a window needs at least")
+    warmup_s: float = key(60.0, "seconds after READY not measured (the batch fills from empty)")
+    warmup_answers: int = key(5, "and the canary's first answers after READY, not measured")
+    noise_k: float = key(3.0, "a gain is kept only when above this many times the noise "
+                         "(the spread of the control/control ratio)")
+    sample_s: float = key(5.0, "seconds between samples of each server's output tokens")
+    long_batch: bool = key(True, "before a candidate is kept, a full batch of the job's longest "
+                           "prompts at the live max tokens must go through the canary (the OOM "
+                           "that comes only with the first such batch); its answers are dropped")
+    space: Mapping[str, Any] = key({}, "the table `[tune.space]`: flag -> list of values to "
+                                   "try in order, e.g. `max-running-requests = [32, 64]`",
+                                   shown="around what SGLang chose: running requests up, "
+                                   "the Mamba cache when it caps, memory fraction +0.02 steps")
+
+
+@dataclass(frozen=True)
 class JobConfig:
     job: JobSection = JobSection()
     generation: GenerationSection = GenerationSection()
@@ -353,6 +377,7 @@ class JobConfig:
     uploads: UploadsSection = UploadsSection()
     backup: BackupSection = BackupSection()
     control: ControlSection = ControlSection()
+    tune: TuneSection = TuneSection()
     # Relative paths in the file are relative to the file's directory.
     base_dir: Path = Path(".")
 
@@ -379,4 +404,5 @@ SECTIONS: dict[str, type] = {
     "uploads": UploadsSection,
     "backup": BackupSection,
     "control": ControlSection,
+    "tune": TuneSection,
 }

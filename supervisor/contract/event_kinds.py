@@ -37,6 +37,11 @@ class EventKind(StrEnum):
     ORPHAN_STOPPED = "orphan_stopped"            # a server an earlier daemon left running
     SERVER_ADOPTED = "server_adopted"            # one it left running, proven ours: serving on
     ADOPTION_REFUSED = "adoption_refused"        # a recorded pid not proven ours: left alone
+    # the tuner (supervisor/tune/): subject the canary (or the server promoted to)
+    TUNE_STARTED = "tune_started"                # detail: canary, space, max_trials, worth
+    TUNE_TRIAL = "tune_trial"                    # a trial's start and its end (the row's figures)
+    TUNE_PROMOTED = "tune_promoted"              # the winner's flags now run on this server
+    TUNE_STOPPED = "tune_stopped"                # done, not worth it, stopped: why, best flags
     # shards and uploads
     SHARD_MISMATCH = "shard_mismatch"            # a shard file not what the DB says: rewrite
     UPLOAD_CORRUPT = "upload_corrupt"

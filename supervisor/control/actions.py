@@ -47,10 +47,17 @@ from supervisor.contract.codec import to_plain
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import LIFTABLE, PauseSource
 from supervisor.contract.status import flag_value
+from supervisor.contract.tuning import (
+    TuneStartRequest,
+    TuneStartResult,
+    TuneStopRequest,
+    TuneStopResult,
+)
 from supervisor.control.peer import actor_of
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.servers.fleet import Fleet, RollBusy, RollingResult, RollTicket
 from supervisor.sglang.continuation import inexact_sampling
+from supervisor.tune.tuner import Tuner, TuneRefused
 
 log = logging.getLogger("supervisor.control")
 
@@ -70,6 +77,7 @@ class JobParts(Protocol):
     live: LiveSettings
     dispatcher: Dispatcher | None
     fleet: Fleet | None
+    tuner: Tuner | None
 
 
 class Actions:
@@ -282,3 +290,21 @@ class Actions:
         server = self.fleet.servers[req.server]
         return LogTail(server=req.server, path=str(server.log.path),
                        lines=tuple(self.fleet.recent_log(req.server, req.lines)))
+
+    @property
+    def tuner(self) -> Tuner:
+        if self.job.tuner is None:
+            raise Refused(503, "the tuner is not set up yet (the servers are not)")
+        return self.job.tuner
+
+    async def tune_start(self, req: TuneStartRequest, caller: c.Caller | None) -> TuneStartResult:
+        try:
+            return await self.tuner.start(req, actor_of(caller), self.tg)
+        except TuneRefused as exc:
+            raise Refused(exc.status, exc.reason) from None
+
+    async def tune_stop(self, req: TuneStopRequest, caller: c.Caller | None) -> TuneStopResult:
+        try:
+            return await self.tuner.stop(actor_of(caller))
+        except TuneRefused as exc:
+            raise Refused(exc.status, exc.reason) from None

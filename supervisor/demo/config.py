@@ -50,13 +50,13 @@ def demo_config(directory: Path, *, servers: int, prompts_file: Path, output: st
     return parse_config(data, base_dir=directory)
 
 
-def _toml_value(v: Any) -> str:
+def toml_value(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
     if isinstance(v, (int, float)):
         return repr(v)
     if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(_toml_value(x) for x in v) + "]"
+        return "[" + ", ".join(toml_value(x) for x in v) + "]"
     return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
@@ -64,21 +64,21 @@ def write_config_file(path: Path, cfg: JobConfig) -> None:
     """The demo's config as TOML, so `dflash-supervisor run --config` can run it too."""
     s = cfg.servers
     lines = ["# Written by `dflash-supervisor demo`; runs with `dflash-supervisor run --config`.",
-             "[job]", f"prompts = {_toml_value(cfg.job.prompts)}",
-             f"state = {_toml_value(cfg.job.state)}", f"output = {_toml_value(cfg.job.output)}",
-             f"shard_size = {cfg.job.shard_size}", f"model = {_toml_value(cfg.job.model)}", "",
+             "[job]", f"prompts = {toml_value(cfg.job.prompts)}",
+             f"state = {toml_value(cfg.job.state)}", f"output = {toml_value(cfg.job.output)}",
+             f"shard_size = {cfg.job.shard_size}", f"model = {toml_value(cfg.job.model)}", "",
              "[generation]", f"max_tokens = {cfg.generation.max_tokens}", "", "[servers]",
              f"count = {s.count}", f"base_port = {s.base_port}",
-             f"model_path = {_toml_value(s.model_path)}", f"command = {_toml_value(s.command)}",
+             f"model_path = {toml_value(s.model_path)}", f"command = {toml_value(s.command)}",
              f"startup_timeout_s = {s.startup_timeout_s}", f"hang_timeout_s = {s.hang_timeout_s}",
              f"backoff_initial_s = {s.backoff_initial_s}", f"backoff_max_s = {s.backoff_max_s}",
              "", "[servers.flags]"]
-    lines += [f"{k} = {_toml_value(v)}" for k, v in s.flags.items()]
+    lines += [f"{k} = {toml_value(v)}" for k, v in s.flags.items()]
     u = cfg.uploads
-    lines += ["", "[uploads]", f"spool_dir = {_toml_value(u.spool_dir)}",
+    lines += ["", "[uploads]", f"spool_dir = {toml_value(u.spool_dir)}",
               f"min_free_bytes = {u.min_free_bytes}"]
     if u.endpoint_url:
-        lines.append(f"endpoint_url = {_toml_value(u.endpoint_url)}")
+        lines.append(f"endpoint_url = {toml_value(u.endpoint_url)}")
     if cfg.output_is_s3:
-        lines += [f"{k} = {_toml_value(getattr(u, k))}" for k in DEMO_S3]
+        lines += [f"{k} = {toml_value(getattr(u, k))}" for k in DEMO_S3]
     path.write_text("\n".join(lines) + "\n")

@@ -17,6 +17,9 @@ class ServerProgress:
     peak_in_flight: int = 0
     completed: int = 0                       # outcomes of any kind since the daemon started
     answered: int = 0                        # of them, answers recorded done
+    # Output tokens of those answers this server decoded (a continuation: its new part):
+    # the goodput the tuner measures (supervisor/tune/measure.py).
+    kept_tokens: int = 0
     last_completion_at: float | None = None  # time.monotonic()
     last_request_started_at: float | None = None
     errors: int = 0

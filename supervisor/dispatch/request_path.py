@@ -189,6 +189,11 @@ class RequestPath:
         p.completed += 1
         if isinstance(outcome, Done):
             p.answered += 1
+            if isinstance(answer, Completion):
+                # What the job keeps from this server: a continuation's earlier part was
+                # decoded elsewhere (the tuner compares servers by it).
+                p.kept_tokens += answer.completion_tokens if done.decoded is None \
+                    else done.decoded
         p.last_completion_at = time.monotonic()
 
     def _queued_not_failed(self, prompt_id: str, streamed: Streamed | None,

@@ -14,6 +14,7 @@ from state.waste_table import TokenLedger
 from supervisor.config import JobConfig
 from supervisor.contract import status as c
 from supervisor.contract.status import flag_value
+from supervisor.contract.tuning import Tuning
 from supervisor.control.series_labels import job_name
 from supervisor.dispatch.error_breaker import BreakerSnapshot
 from supervisor.gpu.energy import POWER, UNAVAILABLE, EnergySnapshot
@@ -133,8 +134,8 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
                  truncated: int | None = None,
                  ledger: TokenLedger | None = None,
                  live_context: int | None = None,
-                 continuation: tuple[c.Continuation, ContinuationTotals] | None = None
-                 ) -> c.Status:
+                 continuation: tuple[c.Continuation, ContinuationTotals] | None = None,
+                 tuning: Tuning | None = None) -> c.Status:
     """`live_context`: the smallest context length a server runs with now (a retune may
     have changed it since the config was read)."""
     d = js.dispatch
@@ -176,7 +177,8 @@ def build_status(js: JobStatus, config: JobConfig, *, started_at: float,
         partition=str(config.job.partition) if config.job.partition is not None else None,
         stopping=js.stopping, last_reload=js.last_reload, breaker=_breaker(d.breaker, config),
         waste=_waste(ledger, continuation[1] if continuation else None),
-        continuation=continuation[0] if continuation else None, job_name=job_name(config))
+        continuation=continuation[0] if continuation else None, job_name=job_name(config),
+        tuning=tuning)
 
 
 def continuation(figures: Continuable | None, totals: ContinuationTotals

@@ -56,6 +56,8 @@ from supervisor.shards.verify import UnknownOutput, check_output_at_start, send_
 from supervisor.state_backup.backup import StateBackup
 from supervisor.state_backup.node_state import NodeState
 from supervisor.state_backup.restore import RestoreRefused
+from supervisor.tune.kept_flags import restore_kept_flags
+from supervisor.tune.tuner import Tuner, start_from_config
 from supervisor.uploads.disk_guard import DiskGuard
 from supervisor.uploads.uploader import Uploader
 from supervisor.uploads.wiring import build_uploads
@@ -97,6 +99,7 @@ class Job:
         self.systemd = SystemdReport(self.notifier)
         self.dispatcher: Dispatcher | None = None
         self.fleet: Fleet | None = None
+        self.tuner: Tuner | None = None
         self.gpu: GpuSampler | None = None
         self.uploader: Uploader | None = None
         self.disk_guard: DiskGuard | None = None
@@ -251,6 +254,10 @@ class Job:
             fleet = self.fleet = status.fleet = Fleet(self.live, astore, dispatcher,
                                                       fleet_options)
             fleet.left_in_flight = self._left_in_flight
+            await restore_kept_flags(self.live, astore, [s.name for s in fleet.own_servers])
+            self.tuner = status.tuner = Tuner(
+                fleet, dispatcher, astore, self.live,
+                eta=lambda: status.last.eta_s if status.last is not None else None)
             await astore.call(Store.add_event, EventKind.JOB_STARTED, "job",
                               {"pid": os.getpid(), "servers": len(fleet.servers),
                                "already_finished": already_finished},
@@ -328,6 +335,8 @@ class Job:
             tg.start_soon(disk_guard.run, name="disk guard")
             if self.handle_signals:
                 tg.start_soon(self._signals, name="signals")
+            if cfg.tune.enabled and self.tuner is not None:
+                await start_from_config(self.tuner, tg)
             await self._watch(status)
             if self._stop is not None:
                 await self._drain(status, self._stop)

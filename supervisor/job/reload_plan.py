@@ -132,6 +132,10 @@ def kind_of(key: str) -> str:
     section, _, name = key.partition(".")
     if section == "servers" and name in SERVER_TIMINGS:
         return "live"
+    # The tuner reads [tune] at each window and trial (tune/tuner.py); `enabled` only
+    # matters at the start (a running job starts or stops a search with `ctl tune`).
+    if section == "tune" and name != "enabled":
+        return "live"
     if key in ROLLING or key.startswith(ROLLING_PREFIXES):
         return "rolling"
     # Anything not known to be safe (including sections added later) needs a restart.

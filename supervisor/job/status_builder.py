@@ -19,6 +19,7 @@ from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.graceful_stop import GracefulStop
 from supervisor.job.status import JobStatus
 from supervisor.servers.fleet import Fleet
+from supervisor.tune.tuner import Tuner
 from supervisor.uploads.disk_guard import DiskGuard
 from supervisor.uploads.uploader import Uploader
 
@@ -30,6 +31,7 @@ class StatusBuilder:
         # The parts appear as the job starts them; a part not there yet is left out.
         self.dispatcher: Dispatcher | None = None
         self.fleet: Fleet | None = None
+        self.tuner: Tuner | None = None
         self.gpu: GpuSampler | None = None
         self.uploader: Uploader | None = None
         self.disk_guard: DiskGuard | None = None
@@ -96,4 +98,5 @@ class StatusBuilder:
                             requeueable_truncated=figures.requeueable_truncated,
                             truncated=figures.truncated, ledger=figures.ledger,
                             live_context=d.live.context_length,
-                            continuation=continuation(self.continuable.latest, totals))
+                            continuation=continuation(self.continuable.latest, totals),
+                            tuning=self.tuner.tuning() if self.tuner is not None else None)

@@ -105,6 +105,10 @@ class ManagedServer:
         self.adopted_roll_pending = False
         self._request: Request | None = None
         self._poke = anyio.Event()
+        # Set by the tuner while this server runs a trial's candidate flags (tune/tuner.py):
+        # a candidate that crashes or OOMs says nothing about the server, so its failure
+        # counts toward nothing that would mark the server FAILED; the tuner retunes it back.
+        self.trial: str | None = None
 
     # -- what others see ----------------------------------------------------------------------
 
@@ -378,6 +382,9 @@ class ManagedServer:
     async def _after_failure(self, reason: ExitReason, stopped: str = "",
                              give_up: bool = False) -> None:
         detail = self._exit_detail(reason, stopped)
+        if self.trial is not None:
+            await self._trial_failed(reason, detail)
+            return
         if give_up:
             await self.transitions.to(S.FAILED, f"{reason}; restarting cannot help, waiting "
                                       "for an operator", **detail)
@@ -398,7 +405,21 @@ class ManagedServer:
             return
         await self.transitions.to(S.BACKOFF, f"{reason}; restarting in {decision.delay_s:.1f} s",
                                   backoff_s=round(decision.delay_s, 3), **detail)
-        req = await self._wait_request(decision.delay_s)
+        await self._wait_backoff(reason, decision.delay_s)
+
+    async def _trial_failed(self, reason: ExitReason, detail: dict[str, Any]) -> None:
+        """A trial's candidate failed: BACKOFF, not counted, until the tuner's retune back
+        (or the first backoff's wait, for a tuner that is gone)."""
+        delay = self.servers.backoff_initial_s
+        detail["trial"] = self.trial
+        await self.transitions.to(S.BACKOFF, f"{reason}; {self.trial}: not counted toward "
+                                  f"FAILED, restarting in {delay:.1f} s",
+                                  backoff_s=round(delay, 3), **detail)
+        await self._wait_backoff(reason, delay)
+
+    async def _wait_backoff(self, reason: ExitReason, delay_s: float) -> None:
+        """The backoff's wait, cut short by an operator's (or the tuner's) request."""
+        req = await self._wait_request(delay_s)
         if req is None:
             self._start_reason, self._start_actor = f"restart after {reason.kind}", "supervisor"
         else:

@@ -43,6 +43,8 @@ EXAMPLES: dict[str, tuple[Any, int | None]] = {
     "retune": (a.RetuneRequest((a.FlagSetting("max-running-requests", 8),), "gpu1"), None),
     "restart": (a.RestartRequest("gpu9"), 404),
     "reset": (a.ResetRequest("gpu1"), 409),
+    "tune-start": (TuneStartRequest(server="gpu9"), 404),
+    "tune-stop": (TuneStopRequest(), 409),
 }
 
 
