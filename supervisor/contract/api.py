@@ -200,4 +200,4 @@ TUNE_STOP = Endpoint("tune-stop", "POST", "/v1/tune/stop", TuneStopRequest, Tune
 
 ENDPOINTS: tuple[Endpoint[Any, Any], ...] = (
     STATUS, LOG, MAX_TOKENS, REQUEUE_TRUNCATED, REQUEUE_FAILED, PAUSE, RESUME, RESTART,
-    RETUNE, RESET)
+    RETUNE, RESET, TUNE_START, TUNE_STOP)
