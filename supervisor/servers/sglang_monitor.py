@@ -149,9 +149,12 @@ class SglangMonitor:
         the last poll, or it is flagged over-committed. A request silent there is waiting
         for KV room, not stuck (SGLang admits by KV token budget, and retracts running
         requests back to the queue when the pool fills: `sglang/srt/managers/scheduler.py`
-        get_next_batch_to_run, schedule_batch.py retract_decode)."""
+        get_next_batch_to_run, schedule_batch.py retract_decode). Our own queue ahead
+        (queue_ahead.py) is not SGLang holding requests back: only a queue beyond it counts,
+        or every stall on a stuck server would requeue for free."""
         v = self.view
-        return bool(self._detector.overcommitted or (v.queued or 0) > 0
+        queued = net_of_queue_ahead(0, v.queued, self._ahead()).queued
+        return bool(self._detector.overcommitted or (queued or 0) > 0
                     or (v.retractions_per_min or 0) > 0)
 
     async def end_life(self) -> None:

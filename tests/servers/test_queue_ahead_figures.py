@@ -12,6 +12,8 @@ from supervisor.servers.inflight_limit import InFlightLimit
 from supervisor.servers.overcommit import Observation, OvercommitDetector
 from supervisor.servers.queue_ahead import net_of_queue_ahead
 from supervisor.servers.saturation_guard import GuardPolicy, GuardPoll, SaturationGuard
+from supervisor.servers.sglang_monitor import SglangMonitor
+from supervisor.servers.sglang_view import SglangView
 
 SLOTS, AHEAD = 32, 4
 
@@ -136,3 +138,14 @@ async def test_the_limit_lets_the_queue_ahead_through_on_top_of_a_lowered_limit(
 def test_a_negative_queue_ahead_is_refused_in_one_line() -> None:
     with pytest.raises(ValueError, match="ahead must be at least 0, got -1"):
         InFlightLimit(8, ahead=-1)
+
+
+def test_only_a_queue_beyond_ours_makes_a_stall_a_free_wait() -> None:
+    # request_path.py requeues a stalled request without an attempt while SGLang "queues":
+    # our own queue ahead must not make every stall on a stuck server free.
+    monitor = SglangMonitor("gpu0", ahead=lambda: AHEAD)
+    monitor.view = SglangView(polled=True, running=SLOTS, queued=AHEAD)
+    assert not monitor.queueing
+    monitor.view = SglangView(polled=True, running=SLOTS, queued=AHEAD + 1)
+    assert monitor.queueing
+    assert SglangMonitor("gpu0").queueing is False
