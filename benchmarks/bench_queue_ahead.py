@@ -19,8 +19,9 @@ Per run:
   after its (i - S)-th answer recorded (both from the DB): median of the gap. With a queue
   ahead it is negative (the next request was already waiting in SGLang's queue).
 The figures that count are the medians' ratios to queue_ahead = 0 measured in the same run,
-on this shared machine. Run: `python benchmarks/bench_queue_ahead.py [--rounds 3]
-[--ahead 4] [--prompts 1500]` (about 3 minutes a round).
+on this shared machine. Run: `DFLASH_REAL_PROMPT_SETS=/work/shared/data python
+benchmarks/bench_queue_ahead.py [--rounds 3] [--ahead 4] [--prompts 1500]
+[--stream-interval N]` (about 4 minutes a round here).
 """
 
 from __future__ import annotations
@@ -43,7 +44,6 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from harness import Daemon, config_dict, read_db, spawn  # noqa: E402
 from seed_scale_job import turns, write_prompts  # noqa: E402
-
 from supervisor.config.sections import DispatchSection  # noqa: E402
 
 SERVERS, SLOTS, TOK_S, SCALE = 3, 32, 60, 10.0
@@ -61,7 +61,8 @@ class Run:
     samples: list[tuple[float, int]] = field(default_factory=list)
 
 
-def _config(directory: Path, prompts: int, ahead: int) -> dict[str, Any]:
+def _config(directory: Path, prompts: int, ahead: int,
+            stream_interval: int | None = None) -> dict[str, Any]:
     data = config_dict(directory, servers=SERVERS, prompts=1)
     write_prompts(directory / "prompts.jsonl", prompts, turns())
     data["generation"].update(max_tokens=MAX_TOKENS, enable_thinking=True)
@@ -69,6 +70,8 @@ def _config(directory: Path, prompts: int, ahead: int) -> dict[str, Any]:
     data["servers"]["flags"] = {"max-running-requests": SLOTS, "sim-tokens-per-s": TOK_S,
                                 "sim-time-scale": SCALE, "sim-startup-s": 1.0,
                                 "context-length": 8192, "reasoning-parser": "qwen3"}
+    if stream_interval is not None:
+        data["servers"]["flags"]["stream-interval"] = stream_interval
     data["dispatch"] = {"queue_ahead": ahead}
     # The simulator's filler text is not a model's: the quality gate must not stop it.
     data["quality"].update(max_truncation_rate=1.0, max_thinking_truncated_rate=1.0)
@@ -88,9 +91,10 @@ def _poll_running(ports: list[int], out: list[tuple[float, int]], stop: threadin
                 out.append((time.time(), total))
 
 
-def run_once(base: Path, n: int, prompts: int, ahead: int, timeout_s: float) -> Run:
+def run_once(base: Path, n: int, prompts: int, ahead: int, timeout_s: float,
+             stream_interval: int | None = None) -> Run:
     directory = base / f"run{n}-ahead{ahead}"
-    data = _config(directory, prompts, ahead)
+    data = _config(directory, prompts, ahead, stream_interval)
     ports = [data["servers"]["base_port"] + i for i in range(SERVERS)]
     run = Run(ahead)
     stop = threading.Event()
@@ -160,6 +164,10 @@ def main() -> int:
     ap.add_argument("--ahead", type=int, default=DispatchSection().queue_ahead,
                     help="the queue ahead compared with none (default: the config's default)")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="a run's limit")
+    ap.add_argument("--stream-interval", type=int, default=None,
+                    help="the servers' --stream-interval (default: the simulator's, 16): "
+                         "larger, fewer chunks for the daemon and the servers to handle, "
+                         "where the machine's CPU would otherwise pace the job")
     args = ap.parse_args()
     if args.rounds < 1 or args.ahead < 1 or args.prompts < 1:
         raise SystemExit("need --rounds >= 1, --ahead >= 1 and --prompts >= 1")
@@ -169,7 +177,8 @@ def main() -> int:
             # Alternated, each round's order flipped, so a drift in the machine's load falls
             # on both.
             for k in ((0, args.ahead) if n % 2 == 0 else (args.ahead, 0)):
-                r = run_once(Path(tmp), n, args.prompts, k, args.timeout_s)
+                r = run_once(Path(tmp), n, args.prompts, k, args.timeout_s,
+                             args.stream_interval)
                 runs.append(r)
                 print(f"round {n + 1} ahead {k}: end to end {r.e2e_s:.1f} s, first request "
                       f"to last answer {r.first_to_last_s:.1f} s, ideal {r.ideal_s:.1f} s, "
