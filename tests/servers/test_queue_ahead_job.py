@@ -2,8 +2,9 @@
 servers as child processes (loopback HTTP, their own /metrics), a real state DB. The
 requests we keep waiting in SGLang's queue are expected there: the saturation guard and the
 over-commit flag do not act on them, one that waits longer than dispatch.stall_s while the
-server streams for others is waiting, not stalled, and a rolling restart or a graceful stop
-with them on the wire leaves every prompt once in the output."""
+server streams for others is waiting, not stalled, a pause lets them finish and sends no
+more, and a rolling restart or a graceful stop with them on the wire leaves every prompt
+once in the output."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from typing import Any
 import anyio
 import pytest
 
+from supervisor.contract.pause_sources import PauseSource
 from supervisor.job.main_loop import Job
 from supervisor.servers.fleet import RollingResult
 from tests.fixtures.real_job import (
@@ -164,3 +166,31 @@ async def test_a_graceful_stop_with_requests_queued_ahead_finishes_them_all_once
     # Started again, the job finishes: each prompt once, none answered twice.
     _, again = await run_job(cfg)
     assert_every_prompt_once(cfg, again, prompts)
+
+
+async def test_a_pause_lets_the_queued_ahead_finish_and_sends_nothing_more(
+        tmp_path: Path) -> None:
+    prompts = 200
+    cfg = with_ahead(job_config(tmp_path, servers=1, prompts=prompts,
+                                flags={"sim-time-scale": 5.0}))
+    at: dict[str, int] = {}
+
+    async def pause_when_queued(job: Job) -> None:
+        await wait_fleet(job)
+        assert job.dispatcher is not None
+        d = job.dispatcher
+        await wait_for(lambda: completed_on(job, "gpu0") >= 10, "10 done")
+        await wait_for(lambda: in_flight_on(job, "gpu0") == SLOTS + AHEAD,
+                       "every slot busy and the queue ahead waiting")
+        # No await between the reading and the pause taking hold (pauses.py sets it before
+        # its first await): the wire holds exactly these.
+        at["done"], at["in_flight"] = completed_on(job, "gpu0"), in_flight_on(job, "gpu0")
+        await d.pause(PauseSource.OPERATOR, "test: hold", "test")
+        await wait_for(lambda: in_flight_on(job, "gpu0") == 0, "the wire empty")
+        # Those on the wire at the pause, queued ones included, answered; none sent after.
+        at["after"] = completed_on(job, "gpu0")
+        await d.resume(PauseSource.OPERATOR, "test")
+
+    _, result = await run_job(cfg, pause_when_queued, timeout_s=120)
+    assert_every_prompt_once(cfg, result, prompts)
+    assert at["after"] == at["done"] + at["in_flight"] == at["done"] + SLOTS + AHEAD, at
