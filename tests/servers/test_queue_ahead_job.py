@@ -42,6 +42,25 @@ def with_ahead(cfg: Any, ahead: int = AHEAD, **dispatch: Any) -> Any:
     return replace(cfg, dispatch=replace(cfg.dispatch, queue_ahead=ahead, **dispatch))
 
 
+SLOW_PROMPTS = 200
+
+
+def slow_one_server(tmp_path: Path) -> Any:
+    """One server at about 1 s a request (256 tokens at 50 tok/s x 5), its queue ahead on."""
+    return with_ahead(job_config(tmp_path, servers=1, prompts=SLOW_PROMPTS,
+                                 flags={"sim-time-scale": 5.0}))
+
+
+async def busy_and_queued(job: Job) -> tuple[int, int]:
+    """Once gpu0 has answered 10 and runs every slot with the queue ahead waiting: its
+    answers and its requests on the wire, read with no await after the wait."""
+    await wait_fleet(job)
+    await wait_for(lambda: completed_on(job, "gpu0") >= 10, "10 done")
+    await wait_for(lambda: in_flight_on(job, "gpu0") == SLOTS + AHEAD,
+                   "every slot busy and the queue ahead waiting")
+    return completed_on(job, "gpu0"), in_flight_on(job, "gpu0")
+
+
 def events(cfg: Any, kind: str) -> list[dict]:
     return [json.loads(d) for (d,) in query(
         cfg, "SELECT detail FROM events WHERE kind = ? ORDER BY id", kind)]
@@ -144,17 +163,11 @@ async def test_a_rolling_restart_with_requests_queued_ahead_leaves_every_prompt_
 
 async def test_a_graceful_stop_with_requests_queued_ahead_finishes_them_all_once(
         tmp_path: Path) -> None:
-    prompts = 200
-    cfg = with_ahead(job_config(tmp_path, servers=1, prompts=prompts,
-                                flags={"sim-time-scale": 5.0}))
+    cfg, prompts = slow_one_server(tmp_path), SLOW_PROMPTS
     at: dict[str, int] = {}
 
     async def stop_when_queued(job: Job) -> None:
-        await wait_fleet(job)
-        await wait_for(lambda: completed_on(job, "gpu0") >= 10, "10 done")
-        await wait_for(lambda: in_flight_on(job, "gpu0") == SLOTS + AHEAD,
-                       "every slot busy and the queue ahead waiting")
-        at["done"], at["in_flight"] = completed_on(job, "gpu0"), in_flight_on(job, "gpu0")
+        at["done"], at["in_flight"] = await busy_and_queued(job)
         job.request_stop("SIGTERM")
 
     _, stopped = await run_job(cfg, stop_when_queued)
@@ -170,21 +183,15 @@ async def test_a_graceful_stop_with_requests_queued_ahead_finishes_them_all_once
 
 async def test_a_pause_lets_the_queued_ahead_finish_and_sends_nothing_more(
         tmp_path: Path) -> None:
-    prompts = 200
-    cfg = with_ahead(job_config(tmp_path, servers=1, prompts=prompts,
-                                flags={"sim-time-scale": 5.0}))
+    cfg, prompts = slow_one_server(tmp_path), SLOW_PROMPTS
     at: dict[str, int] = {}
 
     async def pause_when_queued(job: Job) -> None:
-        await wait_fleet(job)
-        assert job.dispatcher is not None
-        d = job.dispatcher
-        await wait_for(lambda: completed_on(job, "gpu0") >= 10, "10 done")
-        await wait_for(lambda: in_flight_on(job, "gpu0") == SLOTS + AHEAD,
-                       "every slot busy and the queue ahead waiting")
+        at["done"], at["in_flight"] = await busy_and_queued(job)
         # No await between the reading and the pause taking hold (pauses.py sets it before
         # its first await): the wire holds exactly these.
-        at["done"], at["in_flight"] = completed_on(job, "gpu0"), in_flight_on(job, "gpu0")
+        assert job.dispatcher is not None
+        d = job.dispatcher
         await d.pause(PauseSource.OPERATOR, "test: hold", "test")
         await wait_for(lambda: in_flight_on(job, "gpu0") == 0, "the wire empty")
         # Those on the wire at the pause, queued ones included, answered; none sent after.
