@@ -93,6 +93,10 @@ def validate(cfg: JobConfig) -> None:
     d = cfg.dispatch
     if d.max_in_flight_per_server < 0:
         raise ConfigError("dispatch.max_in_flight_per_server: must be >= 0 (0 = follow the server)")
+    if isinstance(d.queue_ahead, bool) or not isinstance(d.queue_ahead, int) \
+            or d.queue_ahead < 0:
+        raise ConfigError(f"dispatch.queue_ahead: must be an integer >= 0 (0 = none), "
+                          f"got {d.queue_ahead!r}")
     positive("dispatch.request_timeout_s", d.request_timeout_s)
     positive("dispatch.max_attempts", d.max_attempts)
     positive("dispatch.claim_batch", d.claim_batch)

@@ -1,4 +1,10 @@
-"""Feeding a READY server: one feeder and `max_running` workers per server life.
+"""Feeding a READY server: one feeder and `max_running` + `queue_ahead` workers per server
+life.
+
+The workers are the server's slots and a few more (`dispatch.queue_ahead`): those wait in
+SGLang's queue, so a slot that frees is filled by SGLang's scheduler at its next step, not
+after a round trip of ours (inflight_limit.py says why, benchmarks/bench_queue_ahead.py how
+much it is).
 
 The feeder claims pending prompts from the store in batches into a small local buffer (so a
 finished slot is refilled at once, without waiting for a store round trip); each worker takes
@@ -43,6 +49,11 @@ log = logging.getLogger("supervisor.dispatch")
 POLL_S = 1.0      # an idle feeder looks at the store again (a backstop: retries poke it)
 
 
+def _workers(endpoint: Endpoint) -> int:
+    """Requests on the wire at most: the server's slots and the queue ahead of them."""
+    return endpoint.max_running + endpoint.queue_ahead
+
+
 class Feeding:
     def __init__(self, astore: AsyncStore, live: LiveSettings, pauses: Pauses, recorder: Recorder,
                  path: RequestPath, figures: DispatchFigures, stalls: StallWindow,
@@ -67,7 +78,7 @@ class Feeding:
 
     def _prefetch(self, endpoint: Endpoint) -> int:
         # Read at each look, so a reloaded dispatch.claim_batch applies at once.
-        return max(1, min(self.live.config.dispatch.claim_batch, endpoint.max_running))
+        return max(1, min(self.live.config.dispatch.claim_batch, _workers(endpoint)))
 
     async def serve(self, endpoint: Endpoint, draining: anyio.Event) -> None:
         # Aborts of stalled or looping streams go on a client of their own (the workers' are
@@ -75,7 +86,8 @@ class Feeding:
         # Made first, off the event loop: a new httpx client reads its CA bundle (tens of ms),
         # and nothing of the life is there yet to leave behind if that wait is cancelled.
         aborts = await anyio.to_thread.run_sync(partial(httpx.AsyncClient, trust_env=False))
-        serving = Serving(endpoint, limit=InFlightLimit(endpoint.max_running))
+        serving = Serving(endpoint, limit=InFlightLimit(endpoint.max_running,
+                                                        endpoint.queue_ahead))
         # A new life of the server: its stalls and tokens so far were its last life's.
         progress = self.figures.progress(endpoint.name)
         progress.hung, progress.last_token_at, progress.waiting = None, None, 0
@@ -84,7 +96,7 @@ class Feeding:
         self.serving[key] = serving
         # The buffer holds what the largest prefetch may claim; the feeder claims up to the
         # live one (`_prefetch`).
-        send, recv = anyio.create_memory_object_stream[ClaimedPrompt](endpoint.max_running)
+        send, recv = anyio.create_memory_object_stream[ClaimedPrompt](_workers(endpoint))
         # The sweeper keeps the server's token clock on `progress` (the hang watchdog's
         # signal) and tells waiting streams from stalled ones by it and SGLang's counter.
         serving.deadlines = StreamDeadlines(partial(abort_stream, aborts, endpoint.base_url),
@@ -96,7 +108,7 @@ class Feeding:
                 async with anyio.create_task_group() as tg:
                     tg.start_soon(self._wake_on, draining, serving)
                     async with recv:
-                        for _ in range(endpoint.max_running):
+                        for _ in range(_workers(endpoint)):
                             tg.start_soon(self._worker, serving, recv.clone())
                         own = recv.clone()     # the feeder's, to take buffered prompts back
                     serving.buffer = own

@@ -5,7 +5,7 @@ the job goes on with the config it has. Every changed key is then sorted into:
 - live: applied at once (generation settings, quality thresholds, dispatch limits, upload
   settings, server timings);
 - rolling: applied by restarting the servers one at a time (SGLang flags, and the
-  per-server in-flight limit, which sizes a server's slots when it starts);
+  per-server in-flight limit and queue ahead, which size a server's slots when it starts);
 - restart-only: what the running job is built on (state, output, prompts, partition, the
   servers themselves). One such key refuses the whole reload, naming the key: nothing
   else is half-applied, and the operator restarts the unit for it.
@@ -44,7 +44,7 @@ SERVER_TIMINGS = frozenset({
     "served_after_s",
 })
 ROLLING_PREFIXES = ("servers.flags.",)
-ROLLING = frozenset({"dispatch.max_in_flight_per_server"})
+ROLLING = frozenset({"dispatch.max_in_flight_per_server", "dispatch.queue_ahead"})
 
 
 @dataclass(frozen=True)

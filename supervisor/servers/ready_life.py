@@ -79,7 +79,7 @@ class ReadyLife:
         self.saturation = SaturationWatch(name, lambda: self.dispatch, self.inflight_limit,
                                           emit=transitions.event)
         self.sglang = SglangMonitor(name, clock=ctx.clock, emit=transitions.event,
-                                    on_poll=self.saturation.on_poll)
+                                    on_poll=self.saturation.on_poll, ahead=self.queue_ahead)
         # The last READY life's progress span (None before a life is READY; the kind clears
         # it when a new life starts): whether a failed life had served, for the restart
         # policy's failure-loop count.
@@ -115,6 +115,11 @@ class ReadyLife:
         """The dispatcher's live limit for this server's READY life (None: not serving)."""
         return self._ctx.dispatcher.inflight_limit(self.name)
 
+    def queue_ahead(self) -> int:
+        """The requests the dispatcher keeps in SGLang's queue now (0: not serving)."""
+        limit = self.inflight_limit()
+        return 0 if limit is None else limit.ahead
+
     def fields(self) -> dict[str, Any]:
         """The snapshot's serving fields (server_state.py ServerSnapshot)."""
         limit = self.inflight_limit()
@@ -135,7 +140,9 @@ class ReadyLife:
                                    self.dispatch, self._ctx.dispatcher.max_tokens)
         if slots.source in ("server", "kv pool"):
             self._server_slots = slots.limit
-        endpoint = Endpoint(self.name, base_url, slots.limit,
+        # The operator's fixed in-flight count is the whole of it: no queue ahead on top.
+        ahead = 0 if slots.source == "dispatch" else self.dispatch.queue_ahead
+        endpoint = Endpoint(self.name, base_url, slots.limit, ahead,
                             queueing=lambda: self.sglang.queueing,
                             tokens_at=self.progress_reader.tokens_at)
         draining = anyio.Event()
@@ -160,6 +167,7 @@ class ReadyLife:
         try:
             await self._transitions.to(S.READY, ready_reason, pid=pid,
                                        max_running=endpoint.max_running, slots_from=slots.source,
+                                       queue_ahead=ahead,
                                        **({"slots_why": slots.why} if slots.why else {}))
             async with anyio.create_task_group() as tg:
                 tg.start_soon(serve)

@@ -18,6 +18,7 @@ import anyio
 from supervisor.config import DispatchSection
 from supervisor.contract.event_kinds import EventKind
 from supervisor.servers.inflight_limit import InFlightLimit
+from supervisor.servers.queue_ahead import net_of_queue_ahead
 from supervisor.servers.saturation_guard import GuardPolicy, GuardPoll, SaturationGuard
 from supervisor.servers.sglang_view import SglangView
 
@@ -57,10 +58,12 @@ class SaturationWatch:
             self._guard, self._for = SaturationGuard(limit.max, policy), limit
         elif self._guard.policy != policy:
             self._guard.retune(policy)          # a reload changed the guard's settings
+        # Our queue ahead is expected in SGLang's queue, not a sign (queue_ahead.py).
+        net = net_of_queue_ahead(in_flight, view.queued, limit.ahead)
         change = self._guard.observe(GuardPoll(
             at=at, overcommitted=view.overcommitted, overcommit_reason=view.overcommit_reason,
-            running=view.running, gen_throughput=view.gen_throughput, in_flight=in_flight,
-            figures=view.error is None, queued=view.queued, token_usage=view.token_usage,
+            running=view.running, gen_throughput=view.gen_throughput, in_flight=net.in_flight,
+            figures=view.error is None, queued=net.queued, token_usage=view.token_usage,
             retracting=view.retracting))
         if change is not None:
             await self._apply(limit, change.new, change.reason, self._guard.reason)

@@ -33,6 +33,7 @@ from supervisor.servers.overcommit import (
     OvercommitDetector,
     OvercommitPolicy,
 )
+from supervisor.servers.queue_ahead import net_of_queue_ahead
 from supervisor.servers.sglang_view import SglangView
 from supervisor.sglang.metrics import Scrape, SglangMetrics, metrics_enabled, scrape
 
@@ -56,9 +57,12 @@ class SglangMonitor:
     def __init__(self, name: str, policy: OvercommitPolicy | None = None,
                  clock: Callable[[], float] | None = None,
                  emit: Callable[[str, dict[str, Any]], Awaitable[None]] | None = None,
-                 on_poll: Callable[[SglangView, float, int], Awaitable[None]] | None = None
-                 ) -> None:
+                 on_poll: Callable[[SglangView, float, int], Awaitable[None]] | None = None,
+                 ahead: Callable[[], int] = lambda: 0) -> None:
         self.name = name
+        # The queue ahead the dispatcher keeps now: the flag reads SGLang's queue net of it
+        # (queue_ahead.py).
+        self._ahead = ahead
         # Each poll's view, its monotonic time and our in-flight count (the saturation
         # guard, saturation_watch.py).
         self._on_poll = on_poll
@@ -119,9 +123,10 @@ class SglangMonitor:
                 rate = (m.retractions_total - self._last[1]) / (now - self._last[0]) * 60.0
             self._last = (now, m.retractions_total)
         self._token_clock(m, now)
+        net = net_of_queue_ahead(in_flight, m.queued, self._ahead())
         change = self._detector.observe(Observation(
-            at=now, running=m.running, queued=m.queued,
-            retractions_total=m.retractions_total, in_flight=in_flight))
+            at=now, running=m.running, queued=net.queued,
+            retractions_total=m.retractions_total, in_flight=net.in_flight))
         self.view = SglangView(
             polled=True, running=m.running, queued=m.queued, token_usage=m.token_usage,
             retractions_total=m.retractions_total, retractions_per_min=rate,
@@ -150,9 +155,12 @@ class SglangMonitor:
         the last poll, or it is flagged over-committed. A request silent there is waiting
         for KV room, not stuck (SGLang admits by KV token budget, and retracts running
         requests back to the queue when the pool fills: `sglang/srt/managers/scheduler.py`
-        get_next_batch_to_run, schedule_batch.py retract_decode)."""
+        get_next_batch_to_run, schedule_batch.py retract_decode). Our own queue ahead
+        (queue_ahead.py) is not SGLang holding requests back: only a queue beyond it counts,
+        or every stall on a stuck server would requeue for free."""
         v = self.view
-        return bool(self._detector.overcommitted or (v.queued or 0) > 0
+        queued = net_of_queue_ahead(0, v.queued, self._ahead()).queued
+        return bool(self._detector.overcommitted or (queued or 0) > 0
                     or (v.retractions_per_min or 0) > 0)
 
     async def end_life(self) -> None:

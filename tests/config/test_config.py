@@ -68,6 +68,7 @@ def test_defaults_and_relative_paths(tmp_path: Path):
     (_with("servers", flags={"x": {"y": 1}}), "servers.flags.x: a flag value is a string"),
     (_with("servers", hang_timeout_s=-1), "servers.hang_timeout_s: must be > 0"),
     (_with("dispatch", max_in_flight_per_server=-1), "dispatch.max_in_flight_per_server: must be >= 0"),
+    (_with("dispatch", queue_ahead=-1), "dispatch.queue_ahead: must be an integer >= 0"),
     (_with("quality", min_samples=500), "quality.min_samples: must be within 1..quality.window"),
     (_with("quality", max_bad_rate=1.5), "quality.max_bad_rate: must be within (0, 1]"),
     (_with("uploads", multipart_threshold_bytes=1024),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -73,7 +74,7 @@ async def test_requests_in_flight_finish_in_the_grace_and_nothing_new_is_claimed
 
 async def test_grace_running_out_requeues_the_rest_and_estimates_the_lost_tokens(tmp_path: Path):
     cfg = job_config(tmp_path, servers=1, prompts=200, flags=SLOWER)
-    cfg = type(cfg)(**{**cfg.__dict__, "dispatch": type(cfg.dispatch)(stop_grace_s=0.5)})
+    cfg = type(cfg)(**{**cfg.__dict__, "dispatch": replace(cfg.dispatch, stop_grace_s=0.5)})
     at: dict = {}
     _, result = await run_job(cfg, lambda job: stop_when_busy(job, at, completions=8))
     ev = stopped_event(cfg)
