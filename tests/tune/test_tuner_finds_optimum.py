@@ -8,11 +8,13 @@ case exceeds it, `--sim-oom-fraction` any load above that memory fraction."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from supervisor.config import JobConfig
 from supervisor.contract.tuning import FlagRange, TrialVerdict, TuneStartRequest, TuneState
 from supervisor.job.main_loop import Job
 from supervisor.servers.server_state import ServerState
@@ -110,13 +112,13 @@ async def test_candidates_past_the_memory_cliff_fail_and_are_never_kept(tmp_path
     assert seen["gpu0"].failures_in_window == 0
     assert query(cfg, "SELECT verdict FROM tune_trials ORDER BY id") == [
         ("kept",), ("failed",), ("failed",)]
-    assert query(cfg, "SELECT count(*) FROM tune_flags WHERE json_extract(flags, '$.{0}') != 16 "
-                      "OR json_extract(flags, '$.mem-fraction-static') IS NOT NULL"
-                      .format(MRR)) == [(0,)]
+    assert query(cfg, f"SELECT server, json_extract(flags, '$.{MRR}'), "
+                      "json_extract(flags, '$.mem-fraction-static') FROM tune_flags "
+                      "ORDER BY server") == [("gpu0", 16, None), ("gpu1", 16, None)]
     assert_every_prompt_once(cfg, result, prompts)
 
 
-def _with_flags(cfg: Any, flags: dict[str, Any]) -> Any:
-    from dataclasses import replace
+def _with_flags(cfg: JobConfig, flags: dict[str, Any]) -> JobConfig:
+    """The config with these simulator/SGLang flags added to every server's."""
     servers = replace(cfg.servers, flags={**cfg.servers.flags, **flags})
     return replace(cfg, servers=servers)
