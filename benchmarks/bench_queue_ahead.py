@@ -42,7 +42,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from harness import Daemon, config_dict, read_db, spawn  # noqa: E402
+from harness import Daemon, config_dict, read_db, spawn, wait_exit  # noqa: E402
 from seed_scale_job import turns, write_prompts  # noqa: E402
 from supervisor.config.sections import DispatchSection  # noqa: E402
 
@@ -103,11 +103,7 @@ def run_once(base: Path, n: int, prompts: int, ahead: int, timeout_s: float,
     d = Daemon(spawn(directory, data), directory, data["control"]["socket"])
     poller.start()
     try:
-        deadline = time.monotonic() + timeout_s
-        while d.proc.poll() is None:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"ahead {ahead}: not done in {timeout_s:g} s: {d.log()[-2000:]}")
-            time.sleep(0.5)
+        wait_exit(d, timeout_s, f"ahead {ahead}")
     finally:
         stop.set()
         poller.join()

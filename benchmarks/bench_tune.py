@@ -17,7 +17,7 @@ servers, each run in turn per round, `--rounds` rounds, medians:
 Per run: end to end (spawn to the last answer recorded), the trials spent and their verdicts
 (the state DB's tune_trials), and the flags the tuner left on each server (tune_flags).
 The figures that count are ratios of medians measured in the same run, on this shared
-machine. Run: `python benchmarks/bench_tune.py [--rounds 1] [--prompts 3000]`.
+machine. Run: `python benchmarks/bench_tune.py [--rounds 2] [--prompts 6000]`.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from harness import Daemon, config_dict, read_db, spawn  # noqa: E402
+from harness import Daemon, config_dict, read_db, spawn, wait_exit  # noqa: E402
 
 SERVERS = 3
 SEED_FLAGS: dict[str, Any] = {
@@ -77,11 +77,7 @@ def run_once(base: Path, n: int, prompts: int, mode: str, timeout_s: float) -> R
     spawned = time.time()
     d = Daemon(spawn(directory, data), directory, data["control"]["socket"])
     try:
-        deadline = time.monotonic() + timeout_s
-        while d.proc.poll() is None:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{mode}: not done in {timeout_s:g} s: {d.log()[-2000:]}")
-            time.sleep(0.5)
+        wait_exit(d, timeout_s, mode)
     finally:
         d.stop()
     db = directory / "job.db"
@@ -124,7 +120,7 @@ def report(runs: list[Run]) -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=1)
-    ap.add_argument("--prompts", type=int, default=3000)
+    ap.add_argument("--prompts", type=int, default=6000)
     ap.add_argument("--timeout-s", type=float, default=600.0, help="a run's limit")
     args = ap.parse_args()
     if args.rounds < 1 or args.prompts < 1:

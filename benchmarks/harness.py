@@ -112,6 +112,15 @@ class Daemon:
         return self.proc.returncode
 
 
+def wait_exit(d: Daemon, timeout_s: float, what: str) -> None:
+    """Until the daemon's job ends and it exits; SystemExit with its log past `timeout_s`."""
+    deadline = time.monotonic() + timeout_s
+    while d.proc.poll() is None:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{what}: not done in {timeout_s:g} s: {d.log()[-2000:]}")
+        time.sleep(0.5)
+
+
 def start(directory: Path, **kwargs: Any) -> Daemon:
     """A daemon answering on its socket with every server READY (60 s at most)."""
     data = config_dict(directory, **kwargs)
