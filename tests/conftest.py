@@ -15,6 +15,12 @@ from blockbuster import blockbuster_ctx
 
 from supervisor.sim.launch import sim_argv, wait_healthy
 from tests.fixtures.ports import free_port, use_worker_block
+
+# The real/sim fidelity fixtures, defined once here for every module: a session fixture
+# imported into each test module is one fixture per module, and each held a real server
+# (and one of the machine's two real-server locks) to the session's end, so the third
+# module's real half skipped ("2 real servers already run").
+from tests.fixtures.real_sglang import fidelity_server, real_sglang, shared_sim  # noqa: F401
 from tests.fixtures.sim_servers import SimServer
 
 WORKERS = 3

@@ -20,7 +20,7 @@ from state.token_ids_table import unpack_ids
 from supervisor.servers.endpoint import Endpoint
 from supervisor.sglang.token_ids import RETURN_IDS_HEADERS
 from tests.fixtures.dispatching import db_rows, dispatching, job_config, open_store, serve_until
-from tests.fixtures.real_sglang import FidelityServer, fidelity_server, real_sglang, shared_sim  # noqa: F401
+from tests.fixtures.real_sglang import FidelityServer
 
 # The real server takes minutes to start on a busy CPU machine, and decodes slowly.
 pytestmark = pytest.mark.timeout(600)

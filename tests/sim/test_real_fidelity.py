@@ -17,13 +17,7 @@ import httpx
 import psutil
 import pytest
 
-from tests.fixtures.real_sglang import (  # noqa: F401
-    FidelityServer,
-    client,
-    fidelity_server,
-    real_sglang,
-    shared_sim,
-)
+from tests.fixtures.real_sglang import FidelityServer, client
 from tests.fixtures.waiting import wait_until
 from tests.sim.sglang_calls import families
 

@@ -13,13 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.fixtures.real_sglang import (  # noqa: F401
-    FidelityServer,
-    client,
-    fidelity_server,
-    real_sglang,
-    shared_sim,
-)
+from tests.fixtures.real_sglang import FidelityServer, client
 from tests.sim.sglang_calls import sse_events
 
 IDS = {"x-sglext-return-input-ids": "1", "x-sglext-return-output-ids": "1"}
