@@ -74,9 +74,17 @@ def _real_tier_opt_in(items: list[pytest.Item]) -> None:
     if os.environ.get(REAL_TIER_ENV) == "1":
         return
     skip = pytest.mark.skip(reason=f"real SGLang tier SKIPPED: set {REAL_TIER_ENV}=1 to run it")
+    # Tests marked `alone` compare simulated servers' speeds: beside other workers the
+    # simulators are CPU-paced, and the one with more streams got more of the CPU (a tuner
+    # kept a step the flag model calls 20% slower, in a clean-clone run). They run in the
+    # same second pass, in one process.
+    alone = pytest.mark.skip(reason=f"run alone, with the real tier: set {REAL_TIER_ENV}=1 "
+                                    "and -m alone -n 0 (.ci/run does)")
     for item in items:
         if item.get_closest_marker("real_sglang") is not None:
             item.add_marker(skip)
+        elif item.get_closest_marker("alone") is not None:
+            item.add_marker(alone)
 
 
 @pytest.hookimpl(trylast=True)
