@@ -44,7 +44,6 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from harness import Daemon, config_dict, read_db, spawn, wait_exit  # noqa: E402
 from seed_scale_job import turns, write_prompts  # noqa: E402
-from supervisor.config.sections import DispatchSection  # noqa: E402
 
 SERVERS, SLOTS, TOK_S, SCALE = 3, 32, 60, 10.0
 MAX_TOKENS = 4096
@@ -157,7 +156,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=1500)
-    ap.add_argument("--ahead", type=int, default=DispatchSection().queue_ahead,
+    ap.add_argument("--ahead", type=int, default=4,
                     help="the queue ahead compared with none (default: the config's default)")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="a run's limit")
     ap.add_argument("--stream-interval", type=int, default=None,

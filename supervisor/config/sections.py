@@ -225,10 +225,12 @@ class DispatchSection:
         "(pool / (0.7 x max tokens): without the flag SGLang's own figure is an estimate of at "
         "least 2048; the READY event says `slots_from = \"kv pool\"`)")
     queue_ahead: int = key(
-        4, "requests kept waiting in SGLang's queue on top of what it runs, so a slot that "
+        0, "requests kept waiting in SGLang's queue on top of what it runs, so a slot that "
         "frees is refilled by SGLang at its next step, not after our next request's round trip "
         "and admission (0: in flight = what it runs); the saturation guard and the wait rule "
-        "expect this queue (benchmarks/README.md: the figures that chose 4). Not added where "
+        "expect this queue (benchmarks/README.md: 4 filled every slot on the simulator). Off "
+        "by default until a killed scheduler's queued requests are shown to come back without "
+        "counting an attempt (one did, once, on real SGLang). Not added where "
         "`max_in_flight_per_server` fixes the count; from each server's next READY life")
     request_timeout_s: float = key(3600.0, "one request's limit; a timeout is a retry")
     max_attempts: int = key(3, "attempts before a prompt is marked failed")
