@@ -212,11 +212,17 @@ async def test_the_guard_settles_at_what_sglang_runs_on_a_loaded_server(
     # tokens a request may need, 0.7 x 700 each, not by what it uses).
     assert max(queued) >= 2 and min(running) < 12, report
     downs = [m for m in moves if m["to"] < m["from"]]
+    # Never for a "collapse" its own cut made: a cut for a collapse never comes straight
+    # after a cut (fewer requests decode less in all, which is not a collapse). A collapse
+    # after a calm raise is the CPU server's real slowdown on a loaded machine (CI: 30% of
+    # the peak per request at 12 in flight, KV 93% full) and is cut like any other sign.
+    for before, m in zip([None, *moves], moves, strict=False):
+        if m["to"] < m["from"] and "collapsed" in m["reason"]:
+            assert before is None or before["to"] > before["from"], moves_text
     for m in downs:
-        # Never for a "collapse" its own cut made, never a step below what SGLang ran while
-        # its pool had room: to the running count for a held queue, or a step for
-        # retractions once the pool really filled (700-token answers outgrow 4096 tokens).
-        assert "collapsed" not in m["reason"], moves_text
+        # Never a step below what SGLang ran while its pool had room: to the running count
+        # for a held queue, or a step for retractions once the pool really filled (700-token
+        # answers outgrow 4096 tokens).
         assert (f"to the {m['to']} SGLang runs" in m["reason"] or "retracting" in m["reason"]
                 or "KV pool full" in m["reason"]
                 # a cut at most halves: 12 -> 6 while SGLang ran 5 with room
