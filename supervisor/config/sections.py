@@ -362,7 +362,8 @@ class TuneSection:
                               "noise (the candidate is then rejected)")
     min_answers: int = key(30, "canary answers a window needs at least")
     warmup_s: float = key(60.0, "seconds after READY not measured (the batch fills from empty)")
-    warmup_answers: int = key(5, "and the canary's first answers after READY, not measured")
+    warmup_answers: int = key(5, "and the canary's first answers after READY, not measured "
+                              "(at least its slots: one whole batch turns over)")
     noise_k: float = key(3.0, "a gain is kept only when above this many times the noise "
                          "(the spread of the control/control ratio)")
     sample_s: float = key(5.0, "seconds between samples of each server's output tokens")

@@ -23,6 +23,7 @@ from supervisor.tune.measure import (
     WindowRule,
     combined_noise,
     gain_of,
+    turnover_answers,
     warmed_up,
     window_done,
     window_of,
@@ -63,7 +64,11 @@ class FleetWindow:
                 return died
             now = self.sample()
             answers = now.answers.get(canary, 0) - start.answers.get(canary, 0)
-            if warmed_up(now.at - start.at, answers, cfg.warmup_s, cfg.warmup_answers):
+            # Bounded: a canary that serves a few very long answers may not turn its batch
+            # over within a window's length; it is measured then, warm or not.
+            if warmed_up(now.at - start.at, answers, cfg.warmup_s,
+                         turnover_answers(cfg.warmup_answers, self._snap(canary).max_running)) \
+                    or now.at - start.at >= cfg.max_window_s:
                 return None
             await anyio.sleep(min(cfg.sample_s, 1.0))
 

@@ -170,6 +170,16 @@ def window_done(window: Window, gain: float | None, noise: float | None,
     return False, f"gain {gain:+.1%} within {rule.noise_k:g} x noise {noise:.1%}"
 
 
+def turnover_answers(warmup_answers: int, slots: int) -> int:
+    """The answers a restarted server's warm-up waits for: at least one whole batch. The
+    batch it started with began together, on an empty cache and without the prompts that
+    arrive later; until as many answers as it has slots are in, the server still runs part
+    of that first batch, and a flag that only matters for a full, mixed batch (a Mamba cache
+    that caps the batch, a memory fraction) has not yet been tried. Measured from that
+    first batch, a benchmark round once kept a Mamba step that changed nothing."""
+    return max(warmup_answers, slots)
+
+
 def warmed_up(since_ready_s: float, answers_since_ready: int, warmup_s: float,
               warmup_answers: int) -> bool:
     """A restarted server's first seconds and first answers are not measured: its batch

@@ -27,7 +27,16 @@ class Worth:
 
 
 def minutes(seconds: float) -> str:
+    """A duration as an operator reads it: "under 1 min" rather than a rounded "0 min"."""
+    if seconds < 30:
+        return "under 1 min"
     return f"{seconds / 60:.0f} min" if seconds < 5400 else f"{seconds / 3600:.1f} h"
+
+
+def about(seconds: float) -> str:
+    """An estimate: "~2 min", or "under 1 min" (a "~" before it would say nothing more)."""
+    text = minutes(seconds)
+    return text if seconds < 30 else f"~{text}"
 
 
 def worth_it(remaining_s: float | None, startup_s: float, window_s: float, servers: int,
@@ -44,11 +53,11 @@ def worth_it(remaining_s: float | None, startup_s: float, window_s: float, serve
     after = max(0.0, remaining_s - trial_s)
     gain = n * after * expected_gain / (1 + expected_gain) * win_chance
     if gain > cost:
-        return Worth(True, f"job ends in {minutes(remaining_s)}: a trial costs ~"
-                           f"{minutes(trial_s)}, expected to save ~{minutes(gain / n)}",
+        return Worth(True, f"job ends in {minutes(remaining_s)}: a trial costs "
+                           f"{about(trial_s)}, expected to save {about(gain / n)}",
                      cost, gain)
-    why = (f"job ends in {minutes(remaining_s)}: not tuning (a trial costs ~"
-           f"{minutes(trial_s)} of a server, expected to save ~{minutes(gain / n)})")
+    why = (f"job ends in {minutes(remaining_s)}: not tuning (a trial costs "
+           f"{about(trial_s)} of a server, expected to save {about(gain / n)})")
     if force:
         return Worth(True, f"forced: {why}", cost, gain)
     return Worth(False, why, cost, gain)

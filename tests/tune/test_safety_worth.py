@@ -47,3 +47,9 @@ def test_a_job_about_to_end_is_not_tuned_unless_forced() -> None:
     assert long.pays and long.gain_s > long.cost_s and "30.0 h" in long.reason
     unknown = worth_it(None, 300, 600, 8)
     assert not unknown.pays and "ETA is not known" in unknown.reason
+
+
+def test_a_job_ending_in_seconds_says_under_a_minute_not_zero() -> None:
+    w = worth_it(20, startup_s=30, window_s=60, servers=3)
+    assert not w.pays and w.reason.startswith("job ends in under 1 min: not tuning"), w.reason
+    assert w.reason.endswith("(a trial costs ~2 min of a server, expected to save under 1 min)")
