@@ -29,6 +29,7 @@ from supervisor.job.main_loop import Job
 from tests.fixtures.ports import free_base_port
 from tests.fixtures.real_job import (
     assert_every_prompt_once,
+    fleet_states,
     query,
     run_job,
     transitions,
@@ -108,7 +109,12 @@ async def test_ready_exactly_once_killed_and_stopped_schedulers(tmp_path: Path) 
         gpu0, gpu1 = fleet.servers["gpu0"], fleet.servers["gpu1"]
         await wait_for(lambda: str(gpu0.state) == "READY" and str(gpu1.state) == "READY",
                        "both real servers READY", timeout_s=900)
-        await wait_for(lambda: gpu0.ready.sglang.view.polled, "SGLang's /metrics read", 60)
+        # The first scrape comes a health interval after READY. Ended early too if gpu0
+        # leaves READY (its view is reset then): that is a failure of its own, said below.
+        await wait_for(lambda: gpu0.ready.sglang.view.polled or str(gpu0.state) != "READY",
+                       "SGLang's /metrics read", 120, seen=lambda: fleet_states(job))
+        assert str(gpu0.state) == "READY", f"gpu0 left READY before its /metrics were " \
+            f"read:\n{fleet_states(job)}\n{transitions(cfg, 'gpu0')}"
         seen["metrics"] = gpu0.ready.sglang.view
         await wait_for(lambda: job.dispatcher.completed_total() >= 5, "5 answers", 120)
         # A SIGKILLed scheduler: SGLang's own watchdog kills the server (SIGQUIT).
