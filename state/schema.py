@@ -20,6 +20,7 @@ from __future__ import annotations
 import sqlite3
 
 from state.schema_audit_views import AUDIT_VIEWS, OPERATOR_ACTIONS_V11
+from state.schema_tuner import TUNER_TABLES_V13
 from supervisor.contract.waste_causes import WasteCause
 
 SCHEMA_VERSION = 13
@@ -405,45 +406,10 @@ _V12 = [
     """,
 ]
 
-# The tuner (supervisor/tune/, issue 39). `tune_trials`: one row per candidate tried on a
-# canary, written when it starts and completed when its verdict is known, for an auditor to
-# query. `tune_flags`: the flags a search left in force per server (its winner, promoted), so a
-# daemon restarted mid-job launches (or retunes adopted servers) with them, not the config's.
-_V13 = [
-    """
-    CREATE TABLE tune_trials (
-        id             INTEGER PRIMARY KEY,
-        server         TEXT NOT NULL,                 -- the canary
-        started_at     REAL NOT NULL,                 -- unix seconds
-        ended_at       REAL,
-        changed        TEXT NOT NULL,                 -- "max-running-requests 16 -> 32"
-        flags          TEXT NOT NULL,                 -- JSON: the canary's whole flag set
-        window_s       REAL,                          -- measured seconds, warm-up excluded
-        answers        INTEGER,                       -- canary answers in the window
-        canary_tok_s   REAL,                          -- per GPU
-        controls_tok_s REAL,                          -- mean per GPU of a control
-        ratio_before   REAL,
-        ratio_after    REAL,
-        gain           REAL,                          -- ratio_after / ratio_before - 1
-        noise          REAL,                          -- the gain's relative noise
-        verdict        TEXT,                          -- kept, rejected, failed, aborted
-        reason         TEXT
-    )
-    """,
-    """
-    CREATE TABLE tune_flags (
-        server   TEXT PRIMARY KEY,
-        flags    TEXT NOT NULL,                       -- JSON: the whole flag set in force
-        set_at   REAL NOT NULL,
-        trial_id INTEGER                              -- the trial that won them
-    )
-    """,
-]
-
 # version -> statements that bring the DB from version-1 to version.
 MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: AUDIT_VIEWS, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
                                     8: _V8, 9: _V9, 10: _V10, 11: OPERATOR_ACTIONS_V11,
-                                    12: _V12, 13: _V13}
+                                    12: _V12, 13: TUNER_TABLES_V13}
 
 
 class SchemaError(RuntimeError):
