@@ -17,7 +17,6 @@ import functools
 import logging
 import os
 import signal
-import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -26,15 +25,13 @@ from typing import Any
 import anyio
 
 from state.async_store import AsyncStore
-from state.job_lock import JobLock, JobLocked
-from state.records import InFlightClaim
 from state.store import Store
 from supervisor.config import JobConfig
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
 from supervisor.contract.pause_sources import PauseSource
 from supervisor.contract.status import Status
-from supervisor.control import metrics_listener, socket_file
+from supervisor.control import socket_file
 from supervisor.control.server import ControlServer
 from supervisor.dispatch.dispatcher import Dispatcher
 from supervisor.gpu import GpuSampler, GpuSource, NvmlSource
@@ -42,20 +39,19 @@ from supervisor.job.all_failed_alarm import AllFailedAlarm
 from supervisor.job.end_policy import end_reason
 from supervisor.job.energy_ledger import EnergyLedger
 from supervisor.job.graceful_stop import GracefulStop
+from supervisor.job.job_start import JobStart
 from supervisor.job.notify import Notifier
 from supervisor.job.reload import reload_job
 from supervisor.job.status import JobStatus
 from supervisor.job.status_builder import StatusBuilder
-from supervisor.job.store_setup import JobError, open_job_store
+from supervisor.job.store_setup import JobError
 from supervisor.job.systemd_report import SystemdReport
 from supervisor.job.unit_job import keep_servers_on_sigterm
 from supervisor.servers.fleet import Fleet, FleetOptions
 from supervisor.servers.launcher_choice import choose_launcher
 from supervisor.shards import ShardLoop, ShardWriter, shard_key_for, spool_dir
-from supervisor.shards.verify import UnknownOutput, check_output_at_start, send_back, verify_output
+from supervisor.shards.verify import send_back, verify_output
 from supervisor.state_backup.backup import StateBackup
-from supervisor.state_backup.node_state import NodeState
-from supervisor.state_backup.restore import RestoreRefused
 from supervisor.tune.kept_flags import restore_kept_flags
 from supervisor.tune.tuner import Tuner, start_from_config
 from supervisor.uploads.disk_guard import DiskGuard
@@ -106,13 +102,12 @@ class Job:
         self._started = time.time()
         self._reason = "stopped"
         self._status: StatusBuilder | None = None
-        self.node_state: NodeState | None = None
-        self.metrics_sock: socket.socket | None = None    # control.metrics_listen's
+        # The lock, the control socket and the store, taken before the run (job_start.py).
+        self.startup = JobStart(self.live)
         self._stop: GracefulStop | None = None
         self._stop_requested = anyio.Event()
         self.reload_lock = anyio.Lock()
         self.task_group: anyio.abc.TaskGroup | None = None   # where a reload's roll runs
-        self._left_in_flight: list[InFlightClaim] = []
         # How often "every server FAILED" is logged again while it lasts.
         self.all_failed_warn_s = 60.0
 
@@ -121,67 +116,6 @@ class Job:
         return self.live.config
 
     # -- setup --------------------------------------------------------------------------------
-
-    def _take_lock(self) -> JobLock:
-        """First of all: held until the job ends, so a second daemon on this job is refused
-        here, before it could touch our socket, our servers (orphan cleanup) or our shards."""
-        path = self.config.path(self.config.job.state)
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return JobLock(path).acquire()
-        except JobLocked as exc:
-            raise JobError(str(exc)) from None
-        except OSError as exc:
-            raise JobError(f"job.state: {path}: {exc.strerror}") from None
-
-    def _open_store(self) -> Store:
-        return open_job_store(self.config, before_open=self._prepare_node_state,
-                              after_open=self._node_state_opened,
-                              check_output=self._check_output,
-                              left_in_flight=self._keep_left_in_flight)
-
-    def _keep_left_in_flight(self, claims: list[InFlightClaim]) -> None:
-        # For the fleet: a server adopted from the dead daemon gets these aborted by id.
-        self._left_in_flight = claims
-
-    def _check_output(self, store: Store) -> None:
-        try:
-            check_output_at_start(store, self.config)
-        except UnknownOutput as exc:
-            raise JobError(str(exc)) from None
-
-    def _prepare_node_state(self) -> None:
-        """State backups (a node of a many-node job): refuse a prompt file the other nodes
-        do not share, and restore a lost node's DB before it is opened."""
-        try:
-            self.node_state = NodeState.prepare(self.live)
-            if self.node_state is not None:
-                self.node_state.before_open()
-        except RestoreRefused as exc:
-            raise JobError(str(exc)) from None
-
-    def _node_state_opened(self, store: Store) -> None:
-        if self.node_state is not None:
-            self.node_state.after_open(store)
-
-    def _bind_control(self) -> socket_file.BoundSocket:
-        """Before anything else: a second daemon on this socket stops here, touching nothing."""
-        c = self.config.control
-        # A relative control.socket is relative to the config's directory (or --workdir), like
-        # every other path in the config: N nodes sharing one config get N sockets.
-        configured = str(self.config.path(c.socket)) if c.socket else ""
-        path = socket_file.default_socket_path(configured, self.config.path(self.config.job.state))
-        try:
-            bound = socket_file.bind(path, socket_file.resolve_group(c.group))
-        except socket_file.SocketFileError as exc:
-            raise JobError(str(exc)) from None
-        if c.metrics_listen:
-            try:
-                self.metrics_sock = metrics_listener.bind(c.metrics_listen)
-            except metrics_listener.MetricsListenError as exc:
-                bound.close()
-                raise JobError(str(exc)) from None
-        return bound
 
     def _gpu_sampler(self) -> GpuSampler:
         return GpuSampler(self.gpu_source if self.gpu_source is not None else NvmlSource())
@@ -193,35 +127,8 @@ class Job:
     # -- run ----------------------------------------------------------------------------------
 
     async def run(self) -> JobResult:
-        job_lock = await anyio.to_thread.run_sync(self._take_lock)
-        try:
-            bound = await anyio.to_thread.run_sync(self._bind_control)
-        except BaseException:
-            job_lock.release()
-            raise
-        try:
-            store = await anyio.to_thread.run_sync(self._open_store)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await anyio.to_thread.run_sync(bound.close)
-            if self.metrics_sock is not None:
-                self.metrics_sock.close()
-            job_lock.release()
-            raise
-        astore = AsyncStore(store)
-        try:
-            return await self._run(astore, bound)
-        finally:
-            with anyio.CancelScope(shield=True):
-                # Off the loop: closing the socket file stats and unlinks it.
-                await anyio.to_thread.run_sync(bound.close)
-                if self.metrics_sock is not None:
-                    self.metrics_sock.close()
-                # Checkpointed, out of WAL: the group auditors read a stopped job's DB
-                # without write access to its directory (state/connection.py).
-                await anyio.to_thread.run_sync(store.close_for_readers)
-                job_lock.release()
-                self.systemd.stopped()
+        async with self.startup.held(on_released=self.systemd.stopped) as (bound, store):
+            return await self._run(AsyncStore(store), bound)
 
     async def _run(self, astore: AsyncStore, bound: socket_file.BoundSocket) -> JobResult:
         cfg = self.config
@@ -245,7 +152,8 @@ class Job:
                                        shard_key_for(cfg.job.partition),
                                        output_ids=cfg.job.shard_output_ids),
                            on_written=uploader.poke)
-        backup = self.node_state.runner(dispatcher) if self.node_state is not None else None
+        node_state = self.startup.node_state
+        backup = node_state.runner(dispatcher) if node_state is not None else None
         # A first verdict before any server is up: never start dispatching onto a full disk.
         await anyio.to_thread.run_sync(disk_guard.check)
         counts = await astore.call(Store.counts)
@@ -253,7 +161,7 @@ class Job:
         async with dispatcher.running():
             fleet = self.fleet = status.fleet = Fleet(self.live, astore, dispatcher,
                                                       fleet_options)
-            fleet.left_in_flight = self._left_in_flight
+            fleet.left_in_flight = self.startup.left_in_flight
             await restore_kept_flags(self.live, astore, [s.name for s in fleet.own_servers])
             self.tuner = status.tuner = Tuner(
                 fleet, dispatcher, astore, self.live,
@@ -323,7 +231,7 @@ class Job:
             self.task_group = tg
             tg.start_soon(fleet.run, name="fleet")
             control = ControlServer(self, astore, bound, cfg.control.interval_s,
-                                    self._control_status, self.metrics_sock)
+                                    self._control_status, self.startup.metrics_sock)
             tg.start_soon(control.run, name="control socket")
             tg.start_soon(gpu.run, name="gpu telemetry")
             tg.start_soon(status.continuable.run, name="continuable answers")
