@@ -12,14 +12,8 @@ from __future__ import annotations
 import random
 
 from .output_plan import MAX_TOKENS
+from .toy_tokenizer import WORDS
 
-WORDS = (
-    "the of and to in is that it for as with was on be by this are or from at an which "
-    "we can if so not but have model token step then first next value each let case check "
-    "thus since result answer number because given means consider total think compute "
-    "should would could there their about into more also only other some such time these "
-    "way use when what where while why how all any both few most many much must need"
-).split()
 _SPAN = 8192                       # distinct starting points, so answers differ per prompt
 _COUNT = MAX_TOKENS + _SPAN + 1
 
@@ -51,9 +45,3 @@ def filler(tokens: int, offset: int) -> str:
     first = offset % _SPAN
     return _TEXT[_STARTS[first]:_STARTS[first + tokens] - 1]
 
-
-def count_prompt_tokens(messages: list) -> int:
-    """usage.prompt_tokens: the chat template's ids for the messages (toy_tokenizer.py): ~4
-    characters a token plus 4 per message and 2 for the assistant's turn."""
-    from .toy_tokenizer import encode_prompt  # it reads this module's words
-    return len(encode_prompt(messages, thinking=True))

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
+from .toy_tokenizer import canonical_messages
+
 LOG_MU = 7.661
 LOG_SIGMA = 0.7176
 MIN_TOKENS = 8
@@ -33,7 +35,6 @@ def prompt_digest(messages: Any, seed: int) -> bytes:
     text), so the same prompt sent as messages or as input_ids gets the same answer; key
     order and whitespace do not matter."""
     if isinstance(messages, list):
-        from .toy_tokenizer import canonical_messages  # it reads filler_text, which reads this
         messages = canonical_messages(messages)
     text = json.dumps(messages, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.blake2b(f"{seed}\x00{text}".encode(), digest_size=32).digest()

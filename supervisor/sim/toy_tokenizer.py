@@ -28,8 +28,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from .filler_text import WORDS
-
 IM_START = 151644
 IM_END = 151645                 # also the EOS token: matched_stop of a finished answer
 NEWLINE = 198
@@ -45,6 +43,14 @@ _SHORT = 1 << 29                # 1-3 ASCII characters (+ <|im_end|> when flagge
 _WIDE = (1 << 29) + (1 << 24)   # one non-ASCII character
 _OUT = 1 << 30                  # output tokens: separator * 2**27 + core
 
+# The words the simulated model writes (filler_text.py), one token each: the vocabulary.
+WORDS = (
+    "the of and to in is that it for as with was on be by this are or from at an which "
+    "we can if so not but have model token step then first next value each let case check "
+    "thus since result answer number because given means consider total think compute "
+    "should would could there their about into more also only other some such time these "
+    "way use when what where while why how all any both few most many much must need"
+).split()
 SEPARATORS = ("", " ", "\n", "<think>\n", "\n</think>\n\n")
 _VOCAB = tuple(WORDS) + tuple(w + "." for w in WORDS)
 _VOCAB_INDEX = {w: i for i, w in enumerate(_VOCAB)}

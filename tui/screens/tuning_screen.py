@@ -8,7 +8,8 @@ every other action's do."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from textual.app import ComposeResult
 from textual.binding import Binding
@@ -19,12 +20,28 @@ from textual.widgets import Footer, Static
 
 from supervisor.client.tuning_text import ACTIVE, tune_start_text, tune_stop_text
 from supervisor.contract.status import Status
-from tui.dialogs.tune_start_dialog import TuneStartChoice
+from tui.client_protocol import DaemonClient
+from tui.dialogs.tune_start_dialog import TuneStartChoice, TuneStartDialog
 from tui.widgets.tuning.trial_table import LEGEND, TrialTable
 from tui.widgets.tuning.tuning_summary import TuningSummary
 
-if TYPE_CHECKING:
-    from tui.screens.main_screen import MainScreen
+T = TypeVar("T")
+
+
+class TuningOwner(Protocol):
+    """What this screen uses of the main screen it belongs to (main_screen.py is one): said
+    here, so the two screens do not import each other."""
+    readonly: bool
+    status: Status | None          # a reactive the screen watches
+    daemon: DaemonClient
+    tune_start_dialog: TuneStartDialog
+
+    def act(self, title: str, call: Callable[[], Awaitable[T]],
+            say: Callable[[T], str]) -> Any: ...
+
+    def confirm(self, title: str, question: str, yes: str,
+                then: Callable[[], object]) -> None: ...
+
 
 ACTIONS = ("tune_start", "tune_stop")
 
@@ -44,7 +61,7 @@ class TuningScreen(Screen[None]):
 
     status: reactive[Status | None] = reactive(None)
 
-    def __init__(self, owner: MainScreen) -> None:
+    def __init__(self, owner: TuningOwner) -> None:
         super().__init__()
         self.owner = owner
         self._searching: bool | None = None
