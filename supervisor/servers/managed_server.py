@@ -39,32 +39,25 @@ from supervisor.servers.exit_classifier import (
     ExitReason,
     Trigger,
     classify,
-    describe_unasked_exit,
 )
 from supervisor.servers.fleet_context import FleetContext
 from supervisor.servers.launch_command import ServerSpec, build_argv, build_env
 from supervisor.servers.launcher import LaunchRequest
 from supervisor.servers.left_in_flight import abort_left
-from supervisor.servers.port_owner import PortHolder, foreign_listener, port_holder, served_by_group
 from supervisor.servers.process_group import ServerProcess
 from supervisor.servers.ready_life import LifeEnds, ReadyLife
 from supervisor.servers.restart_policy import LifeEnd, RestartPolicy
 from supervisor.servers.server_log import ServerLog
 from supervisor.servers.server_state import ALLOWED_TRANSITIONS, ServerSnapshot, ServerState
+from supervisor.servers.startup_probe import Ready, await_ready, exit_of, port_taken
 from supervisor.servers.transitions import Transitions
 from supervisor.servers.unit_takeover import WHY as TAKEOVER_WHY
 from supervisor.servers.unit_takeover import take_over
-from supervisor.servers.watchers import Failure, Request, has_exited, watch_exit
-from supervisor.sglang.health import NO_ANSWER, probe
+from supervisor.servers.watchers import Failure, Request, watch_exit
 
 log = logging.getLogger("supervisor.servers")
 
 S = ServerState
-
-# Before a launch the port is checked this many times, PORT_RECHECK_S apart.
-PORT_CHECKS = 3
-PORT_RECHECK_S = 1.0
-
 
 @dataclass(frozen=True)
 class _Adoption:
@@ -73,10 +66,6 @@ class _Adoption:
     left_in_flight: list[InFlightClaim]
     roll: bool                  # its flags differ from the config's: a roll replaces it
     why: str = "left running by an earlier daemon"
-
-
-class _Ready:
-    pass
 
 
 class ManagedServer:
@@ -227,7 +216,7 @@ class ManagedServer:
                                   argv=list(spec.argv), gpus=list(spec.gpus))
         env = build_env(spec, self.ctx.base_env)
         env[TOKEN_ENV] = self.ctx.job_token
-        holder = await self._port_taken(spec)
+        holder = await port_taken(self.ctx, spec)
         if holder is not None:
             self.last_exit = classify(Trigger.SPAWN_FAILED, None, (), holder.describe())
             await self._after_failure(self.last_exit, give_up=True)
@@ -247,8 +236,9 @@ class ManagedServer:
         log.info("%s: launched pid %d (%s launcher)", self.name, proc.pid, self.ctx.launcher.kind)
         await self.ctx.store_call(Store.record_server_process, self.name, proc.pid, proc.pgid,
                                   list(proc.argv), proc.started_at)
-        outcome = await self._await_ready(proc, spec)
-        if isinstance(outcome, _Ready):
+        outcome = await await_ready(self.ctx, self.servers, proc, spec, self._take_request,
+                                    self._sleep_unless_poked)
+        if isinstance(outcome, Ready):
             outcome = await self._serve(proc, spec)
         await self._end(proc, outcome)
 
@@ -288,60 +278,11 @@ class ManagedServer:
             "pid": proc.pid, "up_s": round(up_s, 1), "argv": list(proc.argv),
             "roll": adoption.roll, "left_in_flight": len(adoption.left_in_flight),
             "aborted": aborted, "why": adoption.why})
-        outcome = await self._await_ready(proc, spec)
-        if isinstance(outcome, _Ready):
+        outcome = await await_ready(self.ctx, self.servers, proc, spec, self._take_request,
+                                    self._sleep_unless_poked)
+        if isinstance(outcome, Ready):
             outcome = await self._serve(proc, spec, f"{said}: /health_generate answered 200")
         await self._end(proc, outcome)
-
-    async def _await_ready(self, proc: ServerProcess, spec: ServerSpec) -> _Ready | Request | Failure:
-        s = self.servers
-        deadline = anyio.current_time() + s.startup_timeout_s
-        interval = min(self.ctx.startup_probe_s, s.health_interval_s)
-        # Refused connections and 503s alike mean "still loading" here (health.py).
-        last = "no probe answered yet"
-        while True:
-            exited = await _exit_of(proc)
-            if exited is not None:
-                return Failure(Trigger.EXITED, f"{exited} while starting")
-            req = self._take_request()
-            if req is not None and req.kind == "restart":
-                return req
-            remaining = deadline - anyio.current_time()
-            if remaining <= 0:
-                return Failure(Trigger.STARTUP_TIMEOUT,
-                               f"/health_generate not 200 after {s.startup_timeout_s:g} s "
-                               f"(last probe: {last})")
-            clipped = remaining < s.health_timeout_s
-            ok, answer = await probe(self.ctx.client, spec.base_url,
-                                     min(s.health_timeout_s, remaining))
-            # A probe cut short by the startup deadline that timed out says nothing about
-            # the server: the answer before it (refused, 503) is what the reason reports.
-            if not (clipped and answer.startswith(NO_ANSWER) and last != "no probe answered yet"):
-                last = answer
-            if ok and not await has_exited(proc):
-                # 200 is not enough: it must be our process that answered.
-                if await anyio.to_thread.run_sync(served_by_group, spec.port, proc.pgid,
-                                                  limiter=self.ctx.proc_limiter):
-                    return _Ready()
-                other = await anyio.to_thread.run_sync(foreign_listener, spec.port, proc.pgid,
-                                                       limiter=self.ctx.proc_limiter)
-                if other is not None:
-                    return Failure(Trigger.SPAWN_FAILED, f"{other.describe()}, which answered "
-                                   "the health probe instead of our server", give_up=True)
-            await self._sleep_unless_poked(min(interval, max(remaining, 0.0)))
-
-    async def _port_taken(self, spec: ServerSpec) -> PortHolder | None:
-        """The port's holder when another program has it. Checked a few times a second
-        apart: a server of ours that was just stopped may take a moment to let go."""
-        holder = None
-        for attempt in range(PORT_CHECKS):
-            holder = await anyio.to_thread.run_sync(port_holder, spec.host, spec.port,
-                                                    limiter=self.ctx.proc_limiter)
-            if holder is None:
-                return None
-            if attempt + 1 < PORT_CHECKS:
-                await anyio.sleep(PORT_RECHECK_S)
-        return holder
 
     async def _sleep_unless_poked(self, timeout_s: float) -> None:
         # Wake early for an operator request but leave it pending for the caller to take.
@@ -352,7 +293,7 @@ class ManagedServer:
                      ready_reason: str = "/health_generate answered 200") -> Request | Failure:
         # Our process's exit ends the life; an operator's restart drains it first.
         ends = LifeEnds(alive=partial(watch_exit, proc, poll_s=self.ctx.exit_poll_s),
-                        requests=self._wait_request, exited=partial(_exit_of, proc))
+                        requests=self._wait_request, exited=partial(exit_of, proc))
         return await self.ready.serve(spec.base_url, proc.argv, ready_reason, ends,
                                       pid=proc.pid or None)
 
@@ -459,10 +400,3 @@ class ManagedServer:
         elif self.state is not S.STOPPED:
             await self.transitions.to(S.STOPPED, "supervisor shutting down")
 
-
-async def _exit_of(proc: ServerProcess) -> str | None:
-    """How our process ended (its return code or signal, said as not our doing), or None
-    while it runs."""
-    if await has_exited(proc):
-        return describe_unasked_exit(proc.returncode)
-    return None
