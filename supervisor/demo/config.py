@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from supervisor.config import JobConfig, parse_config
+from supervisor.config.toml_text import toml_value
 
 # Simulated timing: a day's shape in about a minute. Each slot decodes at
 # tokens_per_s × time_scale tokens per wall second; with 3 servers × 32 slots and ~2,000
@@ -48,16 +49,6 @@ def demo_config(directory: Path, *, servers: int, prompts_file: Path, output: st
         "control": {"socket": str(directory / "control.sock")},
     }
     return parse_config(data, base_dir=directory)
-
-
-def toml_value(v: Any) -> str:
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, (list, tuple)):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    return '"' + str(v).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
 def write_config_file(path: Path, cfg: JobConfig) -> None:

@@ -14,7 +14,7 @@ from state.async_store import AsyncStore
 from state.store import Store
 from supervisor.config import ConfigError, JobConfig
 from supervisor.config.live_settings import LiveSettings
-from supervisor.demo.config import toml_value
+from supervisor.config.toml_text import toml_value
 from supervisor.tune.search import flags_change
 
 log = logging.getLogger("supervisor.tune")
