@@ -27,11 +27,16 @@ benchmarks/bench_queue_ahead.py [--rounds 3] [--ahead 4] [--prompts 1500]
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +47,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from harness import Daemon, config_dict, read_db, spawn, wait_exit  # noqa: E402
+from harness import Daemon, config_dict, read_db, spawn, toml_text, wait_exit  # noqa: E402
 from seed_scale_job import turns, write_prompts  # noqa: E402
 
 SERVERS, SLOTS, TOK_S, SCALE = 3, 32, 60, 10.0
@@ -51,13 +56,18 @@ MAX_TOKENS = 4096
 
 @dataclass
 class Run:
-    ahead: int
+    label: str
+    spawned: float = 0.0            # the variant's process started (wall clock)
     e2e_s: float = 0.0
     first_to_last_s: float = 0.0
     ideal_s: float = 0.0
     busy: float = 0.0               # mean running / all slots, before the tail
     turnaround_ms: float = 0.0      # the daemon's, median over freed slots
-    samples: list[tuple[float, int]] = field(default_factory=list)
+    tail_s: float = 0.0             # the last prompt sent to the last answer
+    pace: float = 0.0               # tokens decoded a running slot-second / the nominal rate
+    client_cpu_s: float = 0.0       # the daemon's (or peer's) CPU time, user + system
+    sims_cpu_s: float = 0.0         # the three simulators' together
+    samples: list[tuple[float, int, float]] = field(default_factory=list)
 
 
 def _config(directory: Path, prompts: int, ahead: int,
@@ -77,51 +87,145 @@ def _config(directory: Path, prompts: int, ahead: int,
     return data
 
 
-def _poll_running(ports: list[int], out: list[tuple[float, int]], stop: threading.Event) -> None:
+def _poll_running(ports: list[int], out: list[tuple[float, int, float]],
+                  stop: threading.Event, cpu: dict[int, float]) -> None:
+    """Every 0.2 s: the simulators' running count and decoded tokens, summed; and each one's
+    CPU time so far (`cpu`, by port: the daemon stops them when its job ends, so the last
+    reading before that is kept)."""
+    pids: dict[int, list[str]] = {}
     with httpx.Client(trust_env=False, timeout=2.0) as client:
         while not stop.wait(0.2):
-            total = 0
+            running, generated = 0, 0.0
             for port in ports:
                 try:
-                    total += client.get(f"http://127.0.0.1:{port}/sim/state").json()["running"]
+                    state = client.get(f"http://127.0.0.1:{port}/sim/state").json()
+                    running += state["running"]
+                    generated += state["decoded_tokens"]
                 except (httpx.HTTPError, ValueError, KeyError):
                     break            # not up yet, or gone: no sample
+                if port not in pids:
+                    pids[port] = subprocess.run(
+                        ["pgrep", "-f", f"supervisor.sim .*--port {port}( |$)"],
+                        capture_output=True, text=True).stdout.split()
+                cpu[port] = sum(_cpu_s(pid) for pid in pids[port]) or cpu.get(port, 0.0)
             else:
-                out.append((time.time(), total))
+                out.append((time.time(), running, generated))
 
 
-def run_once(base: Path, n: int, prompts: int, ahead: int, timeout_s: float,
-             stream_interval: int | None = None) -> Run:
-    directory = base / f"run{n}-ahead{ahead}"
-    data = _config(directory, prompts, ahead, stream_interval)
-    ports = [data["servers"]["base_port"] + i for i in range(SERVERS)]
-    run = Run(ahead)
+def _cpu_s(pid: str) -> float:
+    """A process's CPU time so far (user + system), 0 once it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _pace(samples: list[tuple[float, int, float]]) -> float:
+    """The simulators' decode speed against their nominal one over the samples: tokens
+    generated over the running slot-seconds (trapezoids between polls). Below 1 where the
+    machine's CPU, not the simulated GPU, paces the streams."""
+    slot_s = sum((t2 - t1) * (r1 + r2) / 2 for (t1, r1, _), (t2, r2, _) in zip(samples, samples[1:]))
+    tokens = samples[-1][2] - samples[0][2] if samples else 0.0
+    return tokens / slot_s / (TOK_S * SCALE) if slot_s > 0 else float("nan")
+
+
+def _measured(run: Run, ports: list[int], timeout_s: float,
+              start: Callable[[], Callable[[], None]]) -> None:
+    """`start()` launches the variant and returns what waits for its end; meanwhile the
+    simulators are polled, and the CPU of the variant's process and of its servers taken."""
     stop = threading.Event()
-    poller = threading.Thread(target=_poll_running, args=(ports, run.samples, stop))
-    spawned = time.time()
-    d = Daemon(spawn(directory, data), directory, data["control"]["socket"])
+    cpu: dict[int, float] = {}
+    poller = threading.Thread(target=_poll_running, args=(ports, run.samples, stop, cpu))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    run.spawned = time.time()
+    wait = start()
     poller.start()
     try:
-        wait_exit(d, timeout_s, f"ahead {ahead}")
+        wait()
     finally:
         stop.set()
         poller.join()
-        d.stop()
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # The variant's own and the servers' it reaped: the servers' taken out.
+    run.sims_cpu_s = sum(cpu.values())
+    run.client_cpu_s = (after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+                        - run.sims_cpu_s)
+
+
+def _figures(run: Run, first: float, last: float, last_sent: float, tokens: int) -> None:
+    run.e2e_s, run.first_to_last_s = last - run.spawned, last - first
+    run.ideal_s = tokens / (SERVERS * SLOTS * TOK_S * SCALE)
+    steady = [s for s in run.samples if first + 2.0 <= s[0] <= last_sent]
+    run.busy = statistics.mean(r for _, r, _ in steady) / (SERVERS * SLOTS) if steady \
+        else float("nan")
+    run.pace = _pace(steady)
+    run.tail_s = last - last_sent
+
+
+def run_daemon(base: Path, n: int, prompts: int, ahead: int, timeout_s: float,
+               stream_interval: int | None = None) -> Run:
+    directory = base / f"run{n}-ahead{ahead}"
+    data = _config(directory, prompts, ahead, stream_interval)
+    ports = [data["servers"]["base_port"] + i for i in range(SERVERS)]
+    run = Run(f"daemon, queue_ahead {ahead}")
+    d: Daemon | None = None
+
+    def start() -> Callable[[], None]:
+        nonlocal d
+        d = Daemon(spawn(directory, data), directory, data["control"]["socket"])
+        return lambda: wait_exit(d, timeout_s, run.label)
+
+    try:
+        _measured(run, ports, timeout_s, start)
+    finally:
+        if d is not None:
+            d.stop()
+    assert d is not None
     db = directory / "job.db"
-    done, first, last, tokens = read_db(
-        db, "SELECT count(*), min(started_at), max(finished_at), sum(completion_tokens) "
-            "FROM prompts WHERE status = 'done'")[0]
+    done, first, last, tokens, last_sent = read_db(
+        db, "SELECT count(*), min(started_at), max(finished_at), sum(completion_tokens), "
+            "max(started_at) FROM prompts WHERE status = 'done'")[0]
     if done != prompts:
-        raise SystemExit(f"ahead {ahead}: {done} of {prompts} done: {d.log()[-2000:]}")
+        raise SystemExit(f"{run.label}: {done} of {prompts} done: {d.log()[-2000:]}")
     dupes = read_db(db, "SELECT count(*) FROM prompts WHERE attempts > 1")[0][0]
     if dupes:
         print(f"  note: {dupes} prompts took more than one attempt", flush=True)
-    run.e2e_s, run.first_to_last_s = last - spawned, last - first
-    run.ideal_s = tokens / (SERVERS * SLOTS * TOK_S * SCALE)
-    last_sent = read_db(db, "SELECT max(started_at) FROM prompts")[0][0]
-    steady = [r for t, r in run.samples if first + 2.0 <= t <= last_sent]
-    run.busy = statistics.mean(steady) / (SERVERS * SLOTS) if steady else float("nan")
+    _figures(run, first, last, last_sent, tokens)
     run.turnaround_ms = _turnaround(db) * 1000
+    return run
+
+
+def run_peer(base: Path, n: int, prompts: int, in_flight: int, timeout_s: float,
+             stream_interval: int | None = None) -> Run:
+    """The item's peer (peer_client.py) on the same config: its own servers, `in_flight`
+    streams open per server."""
+    directory = base / f"run{n}-peer{in_flight}"
+    data = _config(directory, prompts, 0, stream_interval)
+    (directory / "job.toml").write_text(toml_text(data))
+    ports = [data["servers"]["base_port"] + i for i in range(SERVERS)]
+    run = Run(f"peer, {in_flight} in flight a server")
+    result: dict[str, Any] = {}
+
+    def start() -> Callable[[], None]:
+        proc = subprocess.Popen(
+            [sys.executable, str(REPO / "benchmarks" / "peer_client.py"), "--config",
+             str(directory / "job.toml"), "--out", str(directory / "answers.jsonl"),
+             "--in-flight", str(in_flight)], stdout=subprocess.PIPE, text=True)
+
+        def wait() -> None:
+            out, _ = proc.communicate(timeout=timeout_s)
+            if proc.returncode != 0:
+                raise SystemExit(f"{run.label}: exited {proc.returncode}: {out[-2000:]}")
+            result.update(json.loads(out.strip().splitlines()[-1]))
+        return wait
+
+    _measured(run, ports, timeout_s, start)
+    if result["answers"] != prompts:
+        raise SystemExit(f"{run.label}: {result['answers']} of {prompts} answered")
+    _figures(run, result["first_sent"], result["last_answer"], result["last_sent"],
+             result["completion_tokens"])
+    run.turnaround_ms = float("nan")
     return run
 
 
@@ -136,19 +240,22 @@ def _turnaround(db: Path) -> float:
     return statistics.median(gaps) if gaps else float("nan")
 
 
-def report(runs: list[Run], ahead: int) -> str:
-    def med(k: int, attr: str) -> float:
-        return statistics.median(getattr(r, attr) for r in runs if r.ahead == k)
+def report(runs: list[Run]) -> str:
+    labels = list(dict.fromkeys(r.label for r in runs))
+    base = labels[0]
 
-    lines = ["| queue_ahead | end to end (s) | first request to last answer (s) | ideal (s) "
-             "| slots busy | turnaround (ms) |", "|---|---|---|---|---|---|"]
-    for k in (0, ahead):
-        lines.append(f"| {k} | {med(k, 'e2e_s'):.1f} | {med(k, 'first_to_last_s'):.1f} | "
-                     f"{med(k, 'ideal_s'):.1f} | {med(k, 'busy'):.3f} | "
-                     f"{med(k, 'turnaround_ms'):.1f} |")
-    lines.append(f"ratio to queue_ahead 0: end to end {med(ahead, 'e2e_s') / med(0, 'e2e_s'):.3f}"
-                 f", first request to last answer "
-                 f"{med(ahead, 'first_to_last_s') / med(0, 'first_to_last_s'):.3f}")
+    def med(label: str, attr: str) -> float:
+        return statistics.median(getattr(r, attr) for r in runs if r.label == label)
+
+    lines = ["| run | end to end (s) | first request to last answer (s) | tail (s) | ideal (s) "
+             "| slots busy | decode pace | turnaround (ms) | client CPU (s) | e2e ratio |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for label in labels:
+        lines.append(f"| {label} | {med(label, 'e2e_s'):.1f} | {med(label, 'first_to_last_s'):.1f}"
+                     f" | {med(label, 'tail_s'):.1f} | {med(label, 'ideal_s'):.1f} | "
+                     f"{med(label, 'busy'):.3f} | {med(label, 'pace'):.3f} | "
+                     f"{med(label, 'turnaround_ms'):.1f} | {med(label, 'client_cpu_s'):.1f} | "
+                     f"{med(label, 'e2e_s') / med(base, 'e2e_s'):.3f} |")
     return "\n".join(lines)
 
 
@@ -157,29 +264,40 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--prompts", type=int, default=1500)
     ap.add_argument("--ahead", type=int, default=4,
-                    help="the queue ahead compared with none (default: the config's default)")
+                    help="the queue ahead compared with none (default: 4)")
+    ap.add_argument("--peer", type=int, default=96, metavar="N",
+                    help="also the item's peer, N requests in flight a server (0: not run)")
     ap.add_argument("--timeout-s", type=float, default=600.0, help="a run's limit")
     ap.add_argument("--stream-interval", type=int, default=None,
-                    help="the servers' --stream-interval (default: the simulator's, 16): "
+                    help="the servers' --stream-interval (default: the daemon's, 16): "
                          "larger, fewer chunks for the daemon and the servers to handle, "
                          "where the machine's CPU would otherwise pace the job")
     args = ap.parse_args()
-    if args.rounds < 1 or args.ahead < 1 or args.prompts < 1:
-        raise SystemExit("need --rounds >= 1, --ahead >= 1 and --prompts >= 1")
+    if args.rounds < 1 or args.ahead < 1 or args.prompts < 1 or args.peer < 0:
+        raise SystemExit("need --rounds >= 1, --ahead >= 1, --prompts >= 1 and --peer >= 0")
+    variants: list[Callable[[Path, int], Run]] = [
+        lambda tmp, n: run_daemon(tmp, n, args.prompts, 0, args.timeout_s,
+                                  args.stream_interval),
+        lambda tmp, n: run_daemon(tmp, n, args.prompts, args.ahead, args.timeout_s,
+                                  args.stream_interval)]
+    if args.peer:
+        variants.append(lambda tmp, n: run_peer(tmp, n, args.prompts, args.peer,
+                                                args.timeout_s, args.stream_interval))
     runs: list[Run] = []
     with tempfile.TemporaryDirectory(prefix="bench-queue-ahead-") as tmp:
         for n in range(args.rounds):
-            # Alternated, each round's order flipped, so a drift in the machine's load falls
-            # on both.
-            for k in ((0, args.ahead) if n % 2 == 0 else (args.ahead, 0)):
-                r = run_once(Path(tmp), n, args.prompts, k, args.timeout_s,
-                             args.stream_interval)
+            # Alternated, each round's order turned, so a drift in the machine's load falls
+            # on every variant.
+            shift = n % len(variants)
+            for variant in variants[shift:] + variants[:shift]:
+                r = variant(Path(tmp), n)
                 runs.append(r)
-                print(f"round {n + 1} ahead {k}: end to end {r.e2e_s:.1f} s, first request "
-                      f"to last answer {r.first_to_last_s:.1f} s, ideal {r.ideal_s:.1f} s, "
-                      f"slots busy {r.busy:.3f}, turnaround {r.turnaround_ms:.1f} ms",
-                      flush=True)
-    print(report(runs, args.ahead))
+                print(f"round {n + 1}, {r.label}: end to end {r.e2e_s:.1f} s, first request "
+                      f"to last answer {r.first_to_last_s:.1f} s, tail {r.tail_s:.1f} s, "
+                      f"ideal {r.ideal_s:.1f} s, slots busy {r.busy:.3f}, decode pace "
+                      f"{r.pace:.3f}, turnaround {r.turnaround_ms:.1f} ms, CPU: client "
+                      f"{r.client_cpu_s:.1f} s, simulators {r.sims_cpu_s:.1f} s", flush=True)
+    print(report(sorted(runs, key=lambda r: (r.label.startswith("peer"), r.label))))
     return 0
 
 

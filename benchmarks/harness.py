@@ -67,7 +67,7 @@ def config_dict(directory: Path, *, servers: int = 2, prompts: int = 20_000,
     }
 
 
-def _toml(data: dict[str, Any]) -> str:
+def toml_text(data: dict[str, Any]) -> str:
     # Two levels (sections, and servers.flags); JSON's scalars and arrays are TOML's too.
     lines: list[str] = []
     for name, values in data.items():
@@ -81,7 +81,7 @@ def _toml(data: dict[str, Any]) -> str:
 
 def spawn(directory: Path, data: dict[str, Any]) -> subprocess.Popen[bytes]:
     """`dflash-supervisor run` on `data` in its own session, its output in daemon.log."""
-    (directory / "job.toml").write_text(_toml(data))
+    (directory / "job.toml").write_text(toml_text(data))
     with open(directory / "daemon.log", "ab") as log:
         return subprocess.Popen([sys.executable, "-m", "supervisor", "run", "--config",
                                  str(directory / "job.toml")], stdout=log, stderr=log,

@@ -26,7 +26,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
-from harness import _toml, config_dict  # noqa: E402
+from harness import config_dict, toml_text  # noqa: E402
 
 
 def anon_rss_mb() -> float:
@@ -109,7 +109,7 @@ def main() -> int:
         data["generation"]["enable_thinking"] = True
         data["servers"]["flags"]["reasoning-parser"] = "qwen3"
     data["job"]["shard_size"] = 500
-    (work / "job.toml").write_text(_toml(data))
+    (work / "job.toml").write_text(toml_text(data))
     os.chdir(work)
     if args.trace_from is not None:
         args.warm = args.trace_from

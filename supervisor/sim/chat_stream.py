@@ -51,6 +51,7 @@ from .chat_completion import (
     Completion,
     error_body,
 )
+from .decode_meter import StreamSchedule
 from .reasoning_split import usage
 
 STEP_TOKENS = 16
@@ -136,6 +137,7 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
     per_word = done.completion_tokens / max(1, sends[-1][2] if sends else 1)
     final = done
     sent = 0
+    schedule = StreamSchedule()
     with handler.inflight.track(done.rid) as flight:
         try:
             async with handler.slots.slot(done.seat(), abort=flight.aborted) as seat:
@@ -154,7 +156,7 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
                         await flight.aborted.wait()    # stuck halfway until aborted
                     with handler.slots.decoding(seat):
                         whole = await handler.meter.step((upto - sent) * per_word,
-                                                         seat.retracted)
+                                                         seat.retracted, schedule)
                     if flight.aborted.is_set():
                         break
                     if not whole:

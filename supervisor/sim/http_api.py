@@ -160,6 +160,8 @@ def _sim_state(rt: SimRuntime) -> dict[str, Any]:
             "running": s.running, "queued": s.queued, "peak_running": s.peak_running,
             "peak_queued": s.peak_queued, "requests_total": s.requests_total,
             "generation_tokens_total": s.generation_tokens_total,
+            # Counted as decoded (the meter's integral), not as answers end.
+            "decoded_tokens": round(rt.meter.generated(), 1),
             "tokens_per_s": o.tokens_per_s, "time_scale": o.time_scale, "instant": o.instant,
             "seed": o.seed, "startup_s": o.startup_s, "children": [c.pid for c in rt.faults.children],
             "kv_used_tokens": rt.slots.pool.used(), "kv_capacity": rt.slots.pool.capacity,

@@ -5,9 +5,10 @@ collapse."""
 
 from __future__ import annotations
 
+import anyio
 import pytest
 
-from supervisor.sim.decode_meter import DecodeMeter
+from supervisor.sim.decode_meter import DecodeMeter, StreamSchedule
 
 
 class Clock:
@@ -130,3 +131,72 @@ def test_a_bigger_batch_slows_each_stream_and_saturates_the_total():
         assert meter.rate == pytest.approx(100 / (1 + (n - 1) / 4))
     meter.decoding = 0
     assert totals == sorted(totals) and totals[-1] < 4 * 100
+
+
+# A streamed request's deltas on the simulated GPU's clock (StreamSchedule). These run on the
+# real clock: what they check is that the time a stream spends sending (stood in for by a
+# sleep between the steps) is not added to its decode time, so the bounds are wide: without
+# the schedule the run takes at least twice the decode time, with it well under 1.5 times.
+
+STEPS, STEP_TOKENS, RATE = 10, 20, 1000          # 20 ms a step, 200 ms of decoding
+
+
+async def _stream(meter: DecodeMeter, schedule: StreamSchedule | None, send_s: float) -> float:
+    never = anyio.Event()
+    started = anyio.current_time()
+    for _ in range(STEPS):
+        assert await meter.step(STEP_TOKENS, never, schedule)
+        await anyio.sleep(send_s)               # the delta's send, outside the decode
+    return anyio.current_time() - started - send_s
+
+
+def test_a_streams_sends_do_not_slow_its_decoding():
+    decode_s = STEPS * STEP_TOKENS / RATE
+
+    async def main() -> tuple[float, float]:
+        meter = DecodeMeter(RATE, 1)
+        return (await _stream(meter, StreamSchedule(), send_s=0.02),
+                await _stream(meter, None, send_s=0.02))
+
+    scheduled, unscheduled = anyio.run(main)
+    assert decode_s * 0.95 <= scheduled < decode_s * 1.5
+    assert unscheduled >= decode_s * 1.9            # the old pacing: decode + every send
+
+
+def test_a_stream_never_runs_ahead_of_its_tokens():
+    """With nothing to send, each delta still takes its decode time: the schedule only
+    gives back time spent sending, never more."""
+    async def main() -> float:
+        return await _stream(DecodeMeter(RATE, 1), StreamSchedule(), send_s=0.0)
+
+    assert anyio.run(main) >= STEPS * STEP_TOKENS / RATE * 0.95
+
+
+def test_a_retracted_or_stuck_stream_starts_its_schedule_again():
+    """A retraction (the step's wake) or a stuck scheduler: the request decoded nothing
+    meanwhile, so that wait is not credited to its next deltas."""
+    async def main() -> None:
+        meter = DecodeMeter(RATE, 1)
+        schedule = StreamSchedule()
+        never = anyio.Event()
+        assert await meter.step(STEP_TOKENS, never, schedule)
+        assert schedule.due is not None
+        retracted = anyio.Event()
+        retracted.set()
+        assert not await meter.step(STEP_TOKENS, retracted, schedule)
+        assert schedule.due is None
+        await anyio.sleep(0.1)                      # waiting in the queue
+        begun = anyio.current_time()
+        assert await meter.step(STEP_TOKENS, never, schedule)
+        assert anyio.current_time() - begun >= STEP_TOKENS / RATE * 0.95
+
+        meter.set_speed(0)
+        schedule.due = anyio.current_time() - 1.0   # a second behind, then stuck
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(meter.step, STEP_TOKENS, never, schedule)
+            await anyio.sleep(0.05)
+            assert schedule.due is None
+            meter.set_speed(1)
+        assert schedule.due is not None
+
+    anyio.run(main)
