@@ -1,26 +1,34 @@
-"""Slot time restored (issue 39 item 9): a queue ahead at each server against none.
+"""Slot time restored (issue 39 item 9): a queue ahead at each server against none, and the
+item's peer, in one run.
 
 The item's setup: 3 simulated servers x 32 slots (`max-running-requests = 32`, 60 tok/s a
-stream, time scale 10), the daemon starting them (server start included), 1,500 prompts made
-from the MT-bench and Vicuna-bench questions (seed_scale_job.py), thinking on, max tokens
-4,096. Runs alternate `dispatch.queue_ahead = 0` (the daemon before: in flight = what each
-server runs) and the new default (or `--ahead`), `--rounds` of each, medians.
+stream, time scale 10), started by the client under test (server start included), 1,500
+prompts made from the MT-bench and Vicuna-bench questions (seed_scale_job.py), thinking on,
+max tokens 4,096. Each round runs, its order turned round by round:
+- the daemon at `dispatch.queue_ahead = 0` (the default: in flight = what each server runs);
+- the daemon at `--ahead` (4);
+- the peer (`--peer`, peer_client.py): a bare client on the same config that keeps 96
+  streams open per server (32 running + 64 queued in SGLang) and does nothing else.
 
 Per run:
-- end to end: the daemon's spawn to the last answer recorded (the DB's finished_at; the
-  daemon's clock is the wall clock);
-- first request to last answer: the earliest request sent to the last answer;
+- end to end: the client's spawn to the last answer (the daemon's DB finished_at, the
+  peer's own clock; both the wall clock);
+- first request to last answer; the tail: the last request sent to the last answer (the
+  peer's is long: its queue of 64 drains after its last send);
 - ideal: the job's completion tokens over every slot decoding at once (3 x 32 x 600 tok/s),
-  what a daemon that never leaves a slot idle would take from the first request;
+  what a client that never leaves a slot idle would take from the first request;
 - slots busy: the simulators' own running count (/sim/state), polled every 0.2 s from the
-  first request until the last prompt was sent (the tail, when slots empty for want of
-  prompts, is the same for both), over 96;
+  first request until the last prompt was sent, over 96;
+- decode pace: the tokens the simulators decoded (their meters) over the running
+  slot-seconds in that window, against 600 tok/s: below 1 where the machine's CPU, not the
+  simulated GPU, paces the streams;
 - the daemon's turnaround per freed slot: with slots S on a server, its i-th request sent
   after its (i - S)-th answer recorded (both from the DB): median of the gap. With a queue
-  ahead it is negative (the next request was already waiting in SGLang's queue).
-The figures that count are the medians' ratios to queue_ahead = 0 measured in the same run,
-on this shared machine. Run: `DFLASH_REAL_PROMPT_SETS=/work/shared/data python
-benchmarks/bench_queue_ahead.py [--rounds 3] [--ahead 4] [--prompts 1500]
+  ahead it is negative (the next request was already waiting in SGLang's queue);
+- CPU: the client's own (user + system) and the three simulators'.
+The figures that count are the medians' ratios to the daemon at queue_ahead = 0 measured in
+the same run, on this shared machine. Run: `DFLASH_REAL_PROMPT_SETS=/work/shared/data python
+benchmarks/bench_queue_ahead.py [--rounds 3] [--ahead 4] [--peer 96] [--prompts 1500]
 [--stream-interval N]` (about 4 minutes a round here).
 """
 
