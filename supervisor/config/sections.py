@@ -356,7 +356,8 @@ class ControlSection:
 class TuneSection:
     """The tuner: a canary search for the flags that give the most tokens per GPU-second,
     while the job runs (docs/tuning.md)."""
-    enabled: bool = key(False, "start the search when the job starts (else `ctl tune start`)")
+    enabled: bool = key(False, "start the search when the job starts (else `ctl tune start`); "
+                         "a reload that turns it on starts it, off stops it")
     max_trials: int = key(8, "candidates tried at most, one restart of the canary each")
     min_window_s: float = key(120.0, "a trial's (and the baseline's) shortest measured window")
     max_window_s: float = key(900.0, "a window ends here even when the gain stays within the "

@@ -26,6 +26,7 @@ from supervisor.job.reload_plan import SERVER_TIMINGS, ReloadPlan, ReloadRefused
 from supervisor.job.systemd_report import SystemdReport
 from supervisor.servers.flag_gate import require_accepted_retune
 from supervisor.servers.fleet import Fleet, RollBusy, RollTicket
+from supervisor.tune.tuner import Tuner, TuneRefused, start_from_config
 from supervisor.uploads.backoff import Backoff
 from supervisor.uploads.disk_guard import RESUME_MARGIN, DiskGuard
 from supervisor.uploads.uploader import Uploader
@@ -46,6 +47,7 @@ class ReloadableJob(Protocol):
     fleet: Fleet | None
     uploader: Uploader | None
     disk_guard: DiskGuard | None
+    tuner: Tuner | None
     task_group: anyio.abc.TaskGroup | None           # where a reload's roll runs
 
 
@@ -152,12 +154,35 @@ async def apply_reload(job: ReloadableJob, new: JobConfig, plan: ReloadPlan, act
             log.warning("reload: max tokens %d applies once the rolling restart has given "
                         "every server its new context length", after_roll)
     _uploads_live(job, new, plan)
+    await _tune_live(job, plan, actor, tg)
     if fleet is not None and ticket is not None:
         if tg is None:
             fleet.release_roll(ticket)
         else:
             tg.start_soon(_roll, fleet, plan, actor, ticket, dispatcher, after_roll,
                           name="reload: rolling restart")
+
+
+async def _tune_live(job: ReloadableJob, plan: ReloadPlan, actor: str,
+                     tg: anyio.abc.TaskGroup | None) -> None:
+    """`[tune] enabled` turned on starts the search as a job started with it would (worth
+    it or not, said in the log and the status); turned off stops a running one, as `ctl
+    tune stop` does (the canary goes back to the best flags known)."""
+    tuner = job.tuner
+    if tuner is None or not plan.changed("tune.enabled"):
+        return
+    if plan.value("tune.enabled"):
+        if tuner.running:
+            log.info("reload: [tune] enabled: a search runs already on %s", tuner.canary)
+        elif tg is not None:
+            await start_from_config(tuner, tg)
+    elif tuner.running:
+        try:
+            await tuner.stop(actor)
+        except TuneRefused as exc:      # it ended meanwhile
+            log.info("reload: [tune] disabled: %s", exc.reason)
+        else:
+            log.info("reload: [tune] disabled: the search on %s stopped", tuner.canary)
 
 
 def _server_timings(plan: ReloadPlan) -> dict[str, Any]:

@@ -132,9 +132,9 @@ def kind_of(key: str) -> str:
     section, _, name = key.partition(".")
     if section == "servers" and name in SERVER_TIMINGS:
         return "live"
-    # The tuner reads [tune] at each window and trial (tune/tuner.py); `enabled` only
-    # matters at the start (a running job starts or stops a search with `ctl tune`).
-    if section == "tune" and name != "enabled":
+    # The tuner reads [tune] at each window and trial (tune/tuner.py); `enabled` starts or
+    # stops the search as `ctl tune start/stop` would (reload.py).
+    if section == "tune":
         return "live"
     if key in ROLLING or key.startswith(ROLLING_PREFIXES):
         return "rolling"

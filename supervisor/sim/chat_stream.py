@@ -137,7 +137,7 @@ async def stream_completion(handler: ChatHandler, req: ChatRequest,
     per_word = done.completion_tokens / max(1, sends[-1][2] if sends else 1)
     final = done
     sent = 0
-    schedule = StreamSchedule()
+    schedule = StreamSchedule() if handler.opts.stream_on_schedule else None
     with handler.inflight.track(done.rid) as flight:
         try:
             async with handler.slots.slot(done.seat(), abort=flight.aborted) as seat:

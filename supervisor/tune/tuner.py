@@ -101,6 +101,7 @@ class Tuner:
         self.trials: list[Trial] = []
         self.search: Search | None = None
         self._scope: anyio.CancelScope | None = None
+        self._stopped_by: str | None = None    # who stopped the running search
         self._current: Trial | None = None
         self._last_start_s: float | None = None
         self.figures = FleetWindow(fleet, dispatcher, lambda: self.cfg, monotonic)
@@ -185,6 +186,7 @@ class Tuner:
         # Answered at once: putting the canary back on the best flags is a restart (minutes),
         # followed through the event stream like any retune.
         assert self._scope is not None
+        self._stopped_by = actor
         self._scope.cancel()
         s = self.search
         return TuneStopResult(was=was, trials_done=s.trials if s else 0,
@@ -203,7 +205,7 @@ class Tuner:
                     log.exception("tune: the search on %s failed", canary)
                     self._say(TuneState.OFF, f"the search failed: {exc!r}")
             if scope.cancel_called:
-                await self._stopped(canary, actor)
+                await self._stopped(canary, self._stopped_by or actor)
         except anyio.get_cancelled_exc_class():
             # The daemon stops: the open trial is recorded as such; its canary is not put
             # back (the servers stop or are left for the next daemon, which starts each
@@ -214,7 +216,7 @@ class Tuner:
                                           "the daemon stopped", None)
             raise
         finally:
-            self._scope = None
+            self._scope = self._stopped_by = None
 
     async def _stopped(self, canary: str, actor: str) -> None:
         """The operator stopped it (a daemon stop cancels the task group and ends here

@@ -13,6 +13,7 @@ import pytest
 
 from supervisor.client.control_client import ControlClient, ControlRefused
 from supervisor.config import load_config
+from supervisor.contract.tuning import TuneStartRequest
 from supervisor.job.main_loop import Job
 from tests.fixtures.job_toml import job_data, write_toml
 from tests.fixtures.real_job import (
@@ -164,3 +165,42 @@ async def test_restart_only_keys_and_bad_files_are_refused_whole(tmp_path: Path)
     assert "not valid TOML" in lines[2]
     assert [e["result"] for e, _ in reload_events(cfg)] == ["refused"] * 3
     assert query(cfg, "SELECT count(*) FROM events WHERE kind = 'max_tokens'") == [(0,)]
+
+
+async def test_tune_enabled_starts_and_stops_the_search_on_a_reload(tmp_path: Path):
+    """`[tune] enabled` is live: turned on, the reload starts the search as a job started
+    with it would (here the job is too short to be worth it, which the search says); turned
+    off, it stops the search that runs (here one an operator forced), said as stopped by the
+    reload's actor. Before, the key refused the whole reload until a restart."""
+    path, data = setup(tmp_path, servers=2, prompts=600, flags=SLOW)
+    cfg = await anyio.to_thread.run_sync(load_config, path)
+    lines: list[str] = []
+    seen: dict[str, object] = {}
+
+    async def reload(job: Job) -> None:
+        await attach(job, path)
+        tuner = job.tuner
+        assert tuner is not None and job.task_group is not None
+        assert str(tuner.state) == "off"
+        data["tune"] = {"enabled": True}
+        write_toml(path, data)
+        lines.append(await job.reload("systemd"))
+        assert tuner.started_by == "config", (tuner.state, tuner.reason)
+        # A job this short is not worth a trial, which the search says and ends on.
+        await wait_for(lambda: not tuner.running, "the search's verdict", timeout_s=60)
+        seen["on"] = (str(tuner.state), tuner.reason)
+        # Forced by the operator (as `ctl tune start --force`), then turned off in the file.
+        await tuner.start(TuneStartRequest(force=True), "operator", job.task_group)
+        assert tuner.running
+        data["tune"] = {"enabled": False}
+        write_toml(path, data)
+        lines.append(await job.reload("systemd"))
+        await wait_for(lambda: not tuner.running, "the search to stop")
+        seen["off"] = (str(tuner.state), tuner.reason)
+
+    _, result = await run_job(cfg, reload, timeout_s=180)
+    assert_every_prompt_once(cfg, result, 600)
+    assert lines == ["reload applied: tune.enabled False -> True",
+                     "reload applied: tune.enabled True -> False"], lines
+    assert seen["on"][0] == "not-worth-it" and "not tuning" in str(seen["on"][1]), seen
+    assert seen["off"] == ("off", "stopped by systemd"), seen     # the reload's actor

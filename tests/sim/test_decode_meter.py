@@ -200,3 +200,12 @@ def test_a_retracted_or_stuck_stream_starts_its_schedule_again():
         assert schedule.due is not None
 
     anyio.run(main)
+
+
+def test_the_schedule_is_the_simulators_flag_off_by_default():
+    """`--sim-stream-on-schedule` turns it on for a server's streams (chat_stream.py); the
+    default keeps the pacing the suite's timing-bound tests were written against."""
+    from supervisor.sim.options import parse_options
+    base = ["--model-path", "sim/m", "--port", "30000"]
+    assert parse_options(base).stream_on_schedule is False
+    assert parse_options([*base, "--sim-stream-on-schedule"]).stream_on_schedule is True
