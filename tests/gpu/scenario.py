@@ -61,14 +61,20 @@ def run_scenario(job: RealJob, *, prompts: int, check_nvml: bool,
     if check_nvml:
         job.wait(lambda s: not nvml_problems(s), "NVML power, utilisation and energy",
                  timeout_s=30, explain=nvml_problems)
+    # Held while gpu1 is looked up: each status call is a process start, seconds on a busy
+    # machine, in which the rest of a fast simulated job could end before the kill.
+    job.ctl("pause", "gpu test: before gpu1's kill")
     s = job.wait(lambda s: server(s, "gpu1")["pid"] is not None, "gpu1's pid", timeout_s=30)
+    assert s["job"]["done"] < prompts, "the job finished before gpu1 could be killed"
 
     # Phase 3: SIGKILL one server's whole process group (SGLang's scheduler and detokenizer
-    # are its children), with requests likely in flight; the daemon must restart it.
+    # are its children), with requests likely in flight (dispatch resumed just before: every
+    # slot refills at once); the daemon must restart it.
     victim = server(s, "gpu1")
     pid = victim["pid"]
     assert pid and os.getpgid(pid) == pid, "each server runs in its own process group"
     restarts_before = victim["restarts"]
+    job.ctl("resume")
     os.killpg(pid, signal.SIGKILL)
     job.ctl("pause", "gpu test: gpu1 restarting")
     s = job.wait(lambda s: server(s, "gpu1")["state"] == "READY"

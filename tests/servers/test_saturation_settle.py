@@ -27,8 +27,13 @@ RUNS = 4
 
 async def test_a_server_running_fewer_than_allowed_gets_that_many_and_no_fewer(
         tmp_path: Path) -> None:
+    # Answers of about a second (not the fixture's tens of ms): our request waiting in
+    # SGLang's queue is then there at nearly every poll, however slowly a busy machine lets
+    # the daemon refill a freed slot; with answers that end every few ms the polls could
+    # miss it for a whole calm interval, and the guard rightly climbed to 6.
     cfg = job_config(tmp_path, servers=1, prompts=20_000,
-                     flags={"enable-metrics": True, "max-running-requests": RUNS})
+                     flags={"enable-metrics": True, "max-running-requests": RUNS,
+                            "sim-time-scale": 5.0})
     cfg = replace(cfg, dispatch=replace(cfg.dispatch, max_in_flight_per_server=ALLOWED,
                                         saturation_floor=1, saturation_calm_s=2.0))
     limits: list[tuple[int, int | None, int | None]] = []
