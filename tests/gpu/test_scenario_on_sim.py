@@ -28,8 +28,9 @@ def test_the_gpu_scenario_runs_on_simulated_servers(tmp_path: Path):
     data = job_config(tmp_path, model, prompts=PROMPTS, max_tokens=FIRST_MAX_TOKENS)
     data["servers"]["command"] = [sys.executable, str(SHARED_GPU), "launch",
                                   "-m", "supervisor.sim"]
-    # 3 s of "loading"; about 0.1 s a request.
-    data["servers"]["flags"].update({"sim-startup-s": 60, "sim-time-scale": 20.0,
+    # 10 s of "loading" (the scenario pauses dispatch before the servers are READY, and on
+    # a busy machine its status calls take seconds each); about 0.1 s a request.
+    data["servers"]["flags"].update({"sim-startup-s": 200, "sim-time-scale": 20.0,
                                      "sim-tokens-per-s": 50})
     # The simulator thinks at length: these limits cut it inside the thinking, which the
     # quality gate would (rightly) pause for. The tiny model on real SGLang does not.
