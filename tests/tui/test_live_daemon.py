@@ -87,8 +87,11 @@ async def test_max_tokens_and_requeue_reach_the_daemon_and_the_screen(d: daemon.
         question = app.screen.question  # type: ignore[attr-defined]
         assert "prompts cut off under a lower limit" in question
         await pilot.press("y")
+        # The daemon's answer comes back through the socket and a worker: seconds on a
+        # busy machine, so a wider wait than the screen's own updates.
         await until(pilot, lambda: any("truncated prompts back to pending" in m
-                                       for m in notices(app)), "the requeue answer")
+                                       for m in notices(app)), "the requeue answer",
+                    timeout_s=60)
         answer = next(m for m in notices(app) if "back to pending" in m)
         count = int(answer.split()[0].replace(",", ""))
         rows = d.query("SELECT json_extract(detail, '$.count') FROM events "
