@@ -230,7 +230,7 @@ class DispatchSection:
         "and admission (0: in flight = what it runs); the saturation guard and the wait rule "
         "expect this queue (benchmarks/README.md: 4 filled every slot on the simulator). Off "
         "by default until a killed scheduler's queued requests are shown to come back without "
-        "counting an attempt (one did, once, on real SGLang; the same test again, 2026-12-07, "
+        "counting an attempt (one did, once, on real SGLang; a later run of the same test "
         "counted none). Not added where "
         "`max_in_flight_per_server` fixes the count; from each server's next READY life")
     request_timeout_s: float = key(3600.0, "one request's limit; a timeout is a retry")
