@@ -60,6 +60,9 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     p.add_argument("--fault-after-s", type=float, default=10.0,
                    help="wall seconds after each server is ready before --fault strikes, "
                         "again after each restart (default 10)")
+    p.add_argument("--fault-after-answers", type=int, default=None, metavar="N",
+                   help="strike at each server life's Nth answer instead of after a time: a "
+                        "life that always serves before it dies, however busy the machine")
     p.add_argument("--quiet", action="store_true", help="no progress line")
     p.add_argument("--tui", action="store_true",
                    help="run the daemon in the background and watch it in dflash-tui "
@@ -67,6 +70,8 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.prompts < 1 or args.servers < 1:
         p.error("--prompts and --servers must be >= 1")
+    if args.fault_after_answers is not None and args.fault_after_answers < 1:
+        p.error("--fault-after-answers must be >= 1")
     return args
 
 
@@ -94,7 +99,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         sim_flags["sim-loop-share"] = args.loop_share
     if args.fault != "none":
         sim_flags["sim-fault"] = args.fault
-        sim_flags["sim-fault-after-s"] = args.fault_after_s * args.time_scale
+        if args.fault_after_answers is not None:
+            sim_flags["sim-fault-after-requests"] = args.fault_after_answers
+        else:
+            sim_flags["sim-fault-after-s"] = args.fault_after_s * args.time_scale
     try:
         cfg = demo_config(directory, servers=args.servers, prompts_file=prompts_file,
                           output=args.output or "shards", max_tokens=args.max_tokens,

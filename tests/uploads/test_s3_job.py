@@ -62,10 +62,13 @@ def test_a_daemon_killed_during_uploads_leaves_every_shard_once_after_restart(
         tmp_path, moto, s3, bucket, fault_proxy):
     d = tmp_path / "demo"
     proxy = fault_proxy()
-    proxy.delay_s = 0.5                                 # uploads slow enough to be caught
+    # One shard lands; the others' last requests wait in the proxy, in flight, for the kill.
+    # (Timing it instead, with slow uploads, lost the race on a loaded machine: the whole
+    # instant job had uploaded and exited before a poll saw an upload in flight.)
+    proxy.land_at_most = 1
     proc = spawn(d, f"s3://{bucket}/killed/", proxy.url, 1200)      # 500 + 500 + 200
     try:
-        wait_for(lambda: objects(s3, bucket, "killed/") and proxy.active_puts > 0,
+        wait_for(lambda: objects(s3, bucket, "killed/") and proxy.held > 0,
                  "an upload in flight after a first one landed")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
@@ -73,6 +76,9 @@ def test_a_daemon_killed_during_uploads_leaves_every_shard_once_after_restart(
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        # The held requests now reach the store from a dead daemon, as bytes already sent
+        # would: an object may land that the state DB never heard of.
+        proxy.release()
     waiting = query(d, "select count(*) from shards where status != 'uploaded'")[0][0]
     assert waiting >= 1, "the kill should have left at least one shard not uploaded"
 
