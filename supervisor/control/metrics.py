@@ -18,6 +18,7 @@ from prometheus_client.registry import Collector
 
 from supervisor.contract import status as c
 from supervisor.contract.event_kinds import EventKind
+from supervisor.contract.tuning import TuneState, Tuning
 from supervisor.control.series_labels import Labelled, series_labels
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -176,6 +177,7 @@ class _StatusCollector(Collector):
         yield from self._breaker(s.breaker)
         yield from self._waste(s.waste)
         yield from self._continuation(s.continuation)
+        yield from self._tuning(s.tuning)
         yield from self._stream_watch(s.quality)
         if s.energy is not None:
             # Joules, not kWh: Prometheus wants base units (a panel shows them as kWh).
@@ -244,6 +246,27 @@ class _StatusCollector(Collector):
             yield from gauge("dflash_uploads_stopped", "1 when uploads stopped",
                              1 if s.uploads.stopped else 0)
 
+
+    @staticmethod
+    def _tuning(t: Tuning | None) -> Iterator[Metric]:
+        """The flag search (absent on a daemon without the tuner): its state as a state set
+        with the canary named, the best flags' gain, and how far it got. The trials
+        themselves are rows of the state DB's tune_trials, not series."""
+        if t is None:
+            return
+        state = GaugeMetricFamily("dflash_tune_state", "1 for the state the flag search is "
+                                  "in, 0 for the others", labels=["state", "canary"])
+        for st in TuneState:
+            state.add_metric([st.value, t.canary or ""], 1 if t.state == st else 0)
+        yield state
+        if t.gain is not None:
+            yield GaugeMetricFamily("dflash_tune_gain_ratio", "The best flags' gain in output "
+                                    "tokens per GPU-second over the flags the job started "
+                                    "with (0.4 = +40%)", value=t.gain)
+        yield GaugeMetricFamily("dflash_tune_trials_done", "Candidate flag sets tried so far",
+                                value=t.trials_done)
+        yield GaugeMetricFamily("dflash_tune_trials_left", "Candidates left in the search",
+                                value=t.trials_left)
 
     @staticmethod
     def _server_state(s: c.Status) -> Metric:

@@ -36,6 +36,23 @@ def query(directory: Path, sql: str) -> list[tuple]:
     return read_db(directory / "job.db", sql)
 
 
+def stop_left_servers(directory: Path) -> None:
+    """SIGKILLs the simulated servers the state DB names that still run: a test that fails
+    between a daemon's SIGKILL and the resume that adopts them would otherwise leave them
+    to the rest of the suite, holding ports and CPU. Only processes that are still our
+    simulator (a pid may have been reused)."""
+    if not (directory / "job.db").exists():
+        return
+    for (pid,) in query(directory, "select pid from server_processes"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                ours = b"supervisor.sim" in f.read()
+        except OSError:
+            continue
+        if ours and alive(pid):
+            os.kill(pid, signal.SIGKILL)
+
+
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -90,6 +107,13 @@ def test_sigkilled_daemon_resumes_exactly_adopting_the_servers_it_left(tmp_path)
            "--prompts", "1200", "--time-scale", "60"]
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             stdin=subprocess.DEVNULL)
+    try:
+        killed_and_resumed(d, proc)
+    finally:
+        stop_left_servers(d)
+
+
+def killed_and_resumed(d: Path, proc: subprocess.Popen) -> None:
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:

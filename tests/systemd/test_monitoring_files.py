@@ -13,6 +13,7 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from supervisor.contract import status as c
+from supervisor.contract.tuning import TuneState, Tuning
 from supervisor.control.metrics import RestartCauses, render
 from tests.fixtures import status_samples as samples
 from tests.fixtures.prometheus_tools import DASHBOARD, RULE_TESTS, RULES, needs, tool
@@ -31,7 +32,11 @@ def exposed() -> set[str]:
                               causes=(c.WasteCount("crash", 2, 100),)), job_name="run-01",
                 quality=replace(s.quality, long_rate=0.1, thinking_truncated_rate=0.02,
                                 answer_truncated_rate=0.01, loops_aborted_total=3,
-                                loop_tokens_saved=900, stalled_total=1))
+                                loop_tokens_saved=900, stalled_total=1),
+                continuation=c.Continuation(continuable=40, tokens_kept=160_000, without_ids=2,
+                                            pending=5),
+                tuning=Tuning(state=TuneState.TRIAL, canary="gpu1", gain=0.3, trials_done=2,
+                              trials_left=4))
     text = render(s, (10, 100), RestartCauses(), {"gpu0": (5, 1)}).decode()
     return {f.name + "_total" if f.type == "counter" else f.name
             for f in text_string_to_metric_families(text)}
