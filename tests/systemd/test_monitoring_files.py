@@ -98,7 +98,9 @@ def test_the_dashboard_shows_what_an_operator_watches() -> None:
                    "dflash_server_sglang_running_requests", "dflash_server_sglang_queued_requests",
                    "dflash_server_kv_cache_usage_ratio", "dflash_server_restarts_total",
                    "dflash_upload_backlog_shards", "dflash_gpu_power_watts",
-                   "dflash_energy_joules_per_token"):
+                   "dflash_energy_joules_per_token", "dflash_continued_tokens_total",
+                   "dflash_continuable_answers", "dflash_continuations_pending",
+                   "dflash_tune_state", "dflash_tune_gain_ratio", "dflash_tune_trials_left"):
         assert metric in named, metric
 
 
