@@ -17,3 +17,4 @@ class WasteCause(StrEnum):
     STALL = "stall"        # no token for dispatch.stall_s: aborted and requeued
     RETRY = "retry"        # an answer the server ended unusable (an abort) and we retried
     REQUEUE = "requeue"    # an operator sent a recorded answer back (requeue truncated, re-import)
+    PROBE = "probe"        # the tuner's long-batch check: a full batch decoded to the limit, dropped

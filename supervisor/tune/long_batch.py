@@ -8,7 +8,9 @@ the tuner kept the flags. The window rarely sees that batch; the probe makes it.
 
 The probe's requests go straight to the canary (the fleet's HTTP client), beside the job's own
 requests, and their answers are thrown away: they are never recorded, so the output's
-exactly-once is untouched and no prompt's attempts move. `ignore_eos` (a sampling extension
+exactly-once is untouched and no prompt's attempts move. The tokens they decoded are GPU time
+the job paid for, so the tuner books them in the waste ledger as `probe` (as SGLang counted
+them in each answer's usage; a request that failed gave no count and books nothing). `ignore_eos` (a sampling extension
 SGLang's ChatCompletionRequest accepts) makes every answer decode to the limit, the worst
 case the job can produce.
 """
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import anyio
@@ -40,11 +43,20 @@ def probe_bodies(prompts: Sequence[list[dict[str, Any]]], slots: int, model: str
     return bodies
 
 
+@dataclass(frozen=True)
+class ProbeResult:
+    failure: str | None          # None: every request answered 200
+    tokens: int                  # completion tokens the answers said they decoded
+    answered: int                # answers that came back 200
+
+
 async def run_probe(client: httpx.AsyncClient, base_url: str, bodies: list[dict[str, Any]],
-                    timeout_s: float, left_ready: Callable[[], str | None]) -> str | None:
-    """Sends every body at once; None when all answered 200, else the first failure's one
-    line (an error status, a lost connection, the server leaving READY, the time limit)."""
+                    timeout_s: float, left_ready: Callable[[], str | None]) -> ProbeResult:
+    """Sends every body at once. `failure` is None when all answered 200, else the first
+    failure's one line (an error status, a lost connection, the server leaving READY, the
+    time limit)."""
     failures: list[str] = []
+    counted = [0, 0]             # tokens, answers
 
     async def one(body: dict[str, Any]) -> None:
         try:
@@ -55,6 +67,9 @@ async def run_probe(client: httpx.AsyncClient, base_url: str, bodies: list[dict[
             return
         if resp.status_code != 200:
             failures.append(f"HTTP {resp.status_code}: {resp.text[:200]}")
+            return
+        counted[0] += completion_tokens(resp)
+        counted[1] += 1
 
     async def watch(scope: anyio.CancelScope) -> None:
         while True:
@@ -72,8 +87,19 @@ async def run_probe(client: httpx.AsyncClient, base_url: str, bodies: list[dict[
                 for body in bodies:
                     sends.start_soon(one, body)
             tg.cancel_scope.cancel()
+    failure = None
     if limit.cancelled_caught:
-        return f"a full batch of {len(bodies)} did not finish within {timeout_s:g} s"
-    if failures:
-        return f"{len(failures)} of {len(bodies)} failed: {failures[0]}"
-    return None
+        failure = f"a full batch of {len(bodies)} did not finish within {timeout_s:g} s"
+    elif failures:
+        failure = f"{len(failures)} of {len(bodies)} failed: {failures[0]}"
+    return ProbeResult(failure, *counted)
+
+
+def completion_tokens(resp: httpx.Response) -> int:
+    """The answer's `usage.completion_tokens`; 0 where a server left it out or sent
+    something else (the probe's verdict is the status code, not this count)."""
+    try:
+        n = resp.json()["usage"]["completion_tokens"]
+    except (ValueError, KeyError, TypeError):
+        return 0
+    return n if isinstance(n, int) and not isinstance(n, bool) and n >= 0 else 0

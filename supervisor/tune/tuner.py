@@ -27,6 +27,7 @@ import httpx
 
 from state.async_store import AsyncStore
 from state.store import Store
+from state.waste_table import Wasted
 from supervisor.config import TuneSection
 from supervisor.config.live_settings import LiveSettings
 from supervisor.contract.event_kinds import EventKind
@@ -41,6 +42,7 @@ from supervisor.contract.tuning import (
     TuneStopResult,
     Tuning,
 )
+from supervisor.contract.waste_causes import WasteCause
 from supervisor.servers.fleet import Fleet, RollBusy, RollingResult
 from supervisor.servers.server_state import ServerState
 from supervisor.sglang.mamba_cap import mamba_cap
@@ -404,8 +406,13 @@ class Tuner:
         base_url = {s.name: s for s in self.fleet.own_servers}[canary].spec.base_url
         # trust_env=False: a proxy in the daemon's environment must never route loopback.
         async with httpx.AsyncClient(trust_env=False) as client:
-            return await run_probe(client, base_url, bodies, cfg.dispatch.request_timeout_s,
-                                   lambda: self.figures.left_ready(canary))
+            got = await run_probe(client, base_url, bodies, cfg.dispatch.request_timeout_s,
+                                  lambda: self.figures.left_ready(canary))
+        if got.tokens:
+            # Decoded and thrown away: goodput counts it against the job like any waste.
+            await self.astore.call(Store.record, [Wasted(WasteCause.PROBE, got.tokens,
+                                                         self.clock(), server=canary)])
+        return got.failure
 
     # -- the fleet and the figures ------------------------------------------------------------
 

@@ -155,10 +155,44 @@ def test_a_version_5_db_gains_the_ledger_with_its_answers_kept_and_loops_wasted(
                                                           ("loop", 1, 400, 75.47)]
 
 
+def test_a_version_13_db_keeps_its_waste_and_takes_the_tuners_probe(tmp_path):
+    """Version 14 rebuilds `waste` to widen its CHECK: the rows and totals stay, the trigger
+    on it and the triggers on `prompts` that write into it still work."""
+    path = tmp_path / "v13.db"
+    con = sqlite3.connect(path, isolation_level=None)
+    migrate(con, target=13)
+    for pid in "acd":
+        con.execute("INSERT INTO prompts (id, messages, status) VALUES (?, '[]', 'in_flight')",
+                    (pid,))
+    for pid, tokens, loop in (("a", 100, 0), ("c", 400, 1)):      # the triggers count these
+        con.execute("UPDATE prompts SET status = 'done', completion_tokens = ?, loop = ?, "
+                    "server = 'gpu0' WHERE id = ?", (tokens, loop, pid))
+    con.execute("INSERT INTO waste (time, cause, prompt_id, server, tokens, estimated) "
+                "VALUES (6.0, 'stall', 'd', 'gpu1', 55, 1)")
+    before = con.execute("SELECT * FROM waste ORDER BY id").fetchall()
+    with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
+        con.execute("INSERT INTO waste (time, cause, tokens) VALUES (7, 'probe', 1)")
+    assert migrate(con) == [14]
+    assert con.execute("SELECT * FROM waste ORDER BY id").fetchall() == before
+    assert con.execute("PRAGMA integrity_check").fetchall() == [("ok",)]
+    con.close()
+    with Store.open(path) as store:
+        store.record([Wasted(W.PROBE, 4096, 8.0, server="gpu2")])
+        ledger = store.token_ledger()
+        assert ledger.tokens_for(W.PROBE) == 4096 and ledger.tokens_for(W.STALL) == 55
+        assert ledger.tokens_for(W.LOOP) == 400 and ledger.kept_tokens == 100
+    # The requeue trigger on `prompts` still writes into the rebuilt table.
+    con = sqlite3.connect(path, isolation_level=None)
+    con.execute("UPDATE prompts SET status = 'pending' WHERE id = 'a'")
+    assert con.execute("SELECT tokens FROM token_ledger WHERE cause = 'requeue'").fetchone() \
+        == (100,)
+    con.close()
+
+
 def test_the_schema_knows_every_cause_and_refuses_others(tmp_path):
-    from state.schema import WASTE_CAUSES_V6
+    from state.schema import WASTE_CAUSES_V14
     # A new cause needs a schema version that widens the waste table's CHECK.
-    assert tuple(str(c) for c in W) == WASTE_CAUSES_V6
+    assert tuple(str(c) for c in W) == WASTE_CAUSES_V14
     with Store.open(tmp_path / "job.db") as store:
         with pytest.raises(sqlite3.IntegrityError, match="CHECK constraint failed"):
             with store._tx() as conn:

@@ -1,5 +1,6 @@
 """The long-batch probe against a simulated SGLang server (a real child process on loopback):
-a full batch that goes through, one the server dies under, and the bodies it sends."""
+a full batch that goes through (every answer decoded to the limit, counted for the waste
+ledger), one the server dies under, and the bodies it sends."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 import httpx
 
 from supervisor.config import GenerationSection
-from supervisor.tune.long_batch import probe_bodies, run_probe
+from supervisor.tune.long_batch import completion_tokens, probe_bodies, run_probe
 from tests.fixtures.sim_servers import SimServer
 
 LONG = [[{"role": "user", "content": "a long prompt " * 200}],
@@ -29,7 +30,8 @@ async def test_a_healthy_server_takes_the_batch(sim_server: Callable[..., SimSer
     async with httpx.AsyncClient(trust_env=False) as client:
         got = await run_probe(client, sim.base_url, probe_bodies(LONG, 4, "sim", GEN, 32),
                               30.0, lambda: None)
-    assert got is None
+    assert got.failure is None
+    assert (got.answered, got.tokens) == (4, 4 * 32)       # ignore_eos: each to the limit
 
 
 async def test_a_server_that_dies_under_the_batch_fails_it(
@@ -39,7 +41,8 @@ async def test_a_server_that_dies_under_the_batch_fails_it(
     async with httpx.AsyncClient(trust_env=False) as client:
         got = await run_probe(client, sim.base_url, probe_bodies(LONG, 4, "sim", GEN, 64),
                               30.0, lambda: None)
-    assert got is not None and "of 4 failed" in got
+    assert got.failure is not None and "of 4 failed" in got.failure
+    assert got.answered < 4 and got.tokens == got.answered * 64
 
 
 async def test_the_canary_leaving_ready_ends_the_probe(
@@ -48,4 +51,14 @@ async def test_the_canary_leaving_ready_ends_the_probe(
     async with httpx.AsyncClient(trust_env=False) as client:
         got = await run_probe(client, sim.base_url, probe_bodies(LONG, 4, "sim", GEN, 500),
                               30.0, lambda: "backoff: oom")
-    assert got == "1 of 4 failed: backoff: oom"
+    assert got.failure == "1 of 4 failed: backoff: oom" and got.answered == 0
+
+
+def test_the_count_is_what_the_answer_says_and_nothing_from_garbage() -> None:
+    def answer(body: object) -> httpx.Response:
+        return httpx.Response(200, json=body) if not isinstance(body, bytes) \
+            else httpx.Response(200, content=body)
+    assert completion_tokens(answer({"usage": {"completion_tokens": 812}})) == 812
+    for bad in ({"usage": None}, {"usage": {"completion_tokens": -1}}, {},
+                {"usage": {"completion_tokens": True}}, b"not json", [1, 2]):
+        assert completion_tokens(answer(bad)) == 0, bad

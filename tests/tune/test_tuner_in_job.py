@@ -92,6 +92,12 @@ async def test_kept_rejected_and_oom_candidates_nothing_lost(tmp_path: Path) -> 
     kept = query(cfg, "SELECT server, json_extract(flags, '$.max-running-requests') "
                       "FROM tune_flags ORDER BY server")
     assert kept == [("gpu0", 32), ("gpu1", 32)]
+    # The kept candidate's long-batch check: 32 answers on gpu0, each decoded to the job's
+    # max tokens (ignore_eos) and thrown away, booked as probe waste with no prompt.
+    probe = query(cfg, "SELECT server, prompt_id, tokens FROM waste WHERE cause = 'probe'")
+    assert probe == [("gpu0", None, 32 * cfg.generation.max_tokens)], probe
+    assert query(cfg, "SELECT requests, tokens FROM token_ledger WHERE cause = 'probe'") \
+        == [(1, 32 * cfg.generation.max_tokens)]
     assert_every_prompt_once(cfg, result, PROMPTS)
 
 
