@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from dataclasses import replace
 from pathlib import Path
 
@@ -76,7 +77,12 @@ async def test_a_server_sent_more_than_it_runs_is_flagged_over_committed(
     assert view.polled and view.error is None                       # type: ignore[attr-defined]
     assert view.running is not None and view.running <= SLOTS       # type: ignore[attr-defined]
     assert "queue" in (view.overcommit_reason or "")                # type: ignore[attr-defined]
-    assert f"of our {2 * SLOTS} in flight" in (view.overcommit_reason or "")  # type: ignore[attr-defined]
+    # More of ours in flight than SGLang runs: up to twice its slots (a slot refilling at the
+    # poll leaves one fewer: "running 8 of our 15" on a loaded CI machine).
+    said = re.search(r"running (\d+) of our (\d+) in flight",
+                     view.overcommit_reason or "")                 # type: ignore[attr-defined]
+    assert said is not None, view.overcommit_reason                 # type: ignore[attr-defined]
+    assert int(said[1]) <= SLOTS < int(said[2]) <= 2 * SLOTS, said[0]
 
     srv = seen["status"].servers[0]                                 # type: ignore[attr-defined]
     assert srv.sglang_metrics and srv.overcommitted and "queue" in srv.overcommit_reason
