@@ -21,6 +21,7 @@ import sqlite3
 
 from state.schema_audit_views import AUDIT_VIEWS, OPERATOR_ACTIONS_V11
 from state.schema_tuner import TUNER_TABLES_V13
+from state.schema_waste_probe import WASTE_PROBE_V14
 from supervisor.contract.waste_causes import WasteCause
 
 SCHEMA_VERSION = 14
@@ -406,43 +407,10 @@ _V12 = [
     """,
 ]
 
-# The tuner's long-batch probe (supervisor/tune/long_batch.py) decodes a full batch to the
-# limit and throws it away: a cause of its own, `probe`. SQLite cannot widen a CHECK in place,
-# so `waste` is rebuilt with its rows; `legacy_alter_table` keeps the rename from re-checking
-# the triggers on `prompts` that insert into `waste` (they name the table, which exists again
-# once renamed); the trigger on `waste` itself went with the old table and is made again.
-WASTE_CAUSES_V14 = (*WASTE_CAUSES_V6, "probe")
-_V14 = [
-    "PRAGMA legacy_alter_table = ON",
-    f"""
-    CREATE TABLE waste_v14 (
-        id        INTEGER PRIMARY KEY,
-        time      REAL NOT NULL,
-        cause     TEXT NOT NULL CHECK (cause IN ({", ".join(f"'{c}'" for c in WASTE_CAUSES_V14)})),
-        prompt_id TEXT,                               -- NULL when not known (a probe)
-        server    TEXT,
-        tokens    INTEGER NOT NULL CHECK (tokens >= 0),
-        estimated INTEGER NOT NULL DEFAULT 0 CHECK (estimated IN (0, 1))
-    )
-    """,
-    "INSERT INTO waste_v14 (id, time, cause, prompt_id, server, tokens, estimated) "
-    "SELECT id, time, cause, prompt_id, server, tokens, estimated FROM waste",
-    "DROP TABLE waste",
-    "ALTER TABLE waste_v14 RENAME TO waste",
-    "PRAGMA legacy_alter_table = OFF",
-    """
-    CREATE TRIGGER waste_totals AFTER INSERT ON waste BEGIN
-        UPDATE token_ledger SET requests = requests + 1, tokens = tokens + new.tokens
-        WHERE cause = new.cause;
-    END
-    """,
-    "INSERT INTO token_ledger (cause) VALUES ('probe')",
-]
-
 # version -> statements that bring the DB from version-1 to version.
 MIGRATIONS: dict[int, list[str]] = {1: _V1, 2: AUDIT_VIEWS, 3: _V3, 4: _V4, 5: _V5, 6: _V6, 7: _V7,
                                     8: _V8, 9: _V9, 10: _V10, 11: OPERATOR_ACTIONS_V11,
-                                    12: _V12, 13: TUNER_TABLES_V13, 14: _V14}
+                                    12: _V12, 13: TUNER_TABLES_V13, 14: WASTE_PROBE_V14}
 
 
 class SchemaError(RuntimeError):

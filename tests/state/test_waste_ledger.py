@@ -190,7 +190,7 @@ def test_a_version_13_db_keeps_its_waste_and_takes_the_tuners_probe(tmp_path):
 
 
 def test_the_schema_knows_every_cause_and_refuses_others(tmp_path):
-    from state.schema import WASTE_CAUSES_V14
+    from state.schema_waste_probe import WASTE_CAUSES_V14
     # A new cause needs a schema version that widens the waste table's CHECK.
     assert tuple(str(c) for c in W) == WASTE_CAUSES_V14
     with Store.open(tmp_path / "job.db") as store:
